@@ -1,0 +1,294 @@
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+"""Map key/value layouts declared once in Python (ctypes types) and checked against an object's BTF.
+
+A C struct that changes without its Python twin fails loudly at load (LayoutMismatch names the map, the field,
+and both offsets or sizes), never by writing wrong bytes into a map. The same check runs against a pinned map's
+BTF from the kernel, so a module never writes into a map of an older or newer layout.
+Also here: .rodata constants, set by variable name and type-checked against the object's DATASEC.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf
+
+KIND_INT, KIND_PTR, KIND_ARRAY, KIND_STRUCT, KIND_UNION, KIND_ENUM = 1, 2, 3, 4, 5, 6
+KIND_TYPEDEF, KIND_VOLATILE, KIND_CONST, KIND_RESTRICT = 8, 9, 10, 11
+KIND_VAR, KIND_DATASEC, KIND_TYPE_TAG, KIND_ENUM64 = 14, 15, 18, 19
+_QUALIFIERS = {KIND_TYPEDEF, KIND_VOLATILE, KIND_CONST, KIND_RESTRICT, KIND_TYPE_TAG}
+_INT_SIGNED = 1
+
+_SIGNED_CTYPES = {ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64, ctypes.c_byte}
+_UNSIGNED_CTYPES = {ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_char}
+
+
+class LayoutMismatch(ValueError):
+    """Python's declared layout of a map differs from the BTF of the object or of the pinned map."""
+
+
+class _BtfType(ctypes.Structure):
+    _fields_ = [("name_off", ctypes.c_uint32), ("info", ctypes.c_uint32), ("size_or_type", ctypes.c_uint32)]
+
+
+class _BtfMember(ctypes.Structure):
+    _fields_ = [("name_off", ctypes.c_uint32), ("type", ctypes.c_uint32), ("offset", ctypes.c_uint32)]
+
+
+class _BtfArray(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_uint32), ("index_type", ctypes.c_uint32), ("nelems", ctypes.c_uint32)]
+
+
+class _BtfVarSecinfo(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_uint32), ("offset", ctypes.c_uint32), ("size", ctypes.c_uint32)]
+
+
+class Btf:
+    """Read access to a libbpf struct btf *: types by id, with their members."""
+
+    def __init__(self, handle: int, owned: bool = False):
+        self.handle = handle
+        self.owned = owned
+
+    @classmethod
+    def from_kernel(cls, btf_id: int) -> Btf:
+        so = libbpf.lib()
+        return cls(libbpf._check_ptr(f"btf__load_from_kernel_by_id({btf_id})", so.btf__load_from_kernel_by_id(btf_id)), True)
+
+    def close(self) -> None:
+        if self.owned and self.handle:
+            libbpf.lib().btf__free(self.handle)
+            self.handle = 0
+
+    def __enter__(self) -> Btf:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _type(self, type_id: int) -> tuple[_BtfType, int]:
+        ptr = libbpf.lib().btf__type_by_id(self.handle, type_id)
+        if not ptr:
+            raise LayoutMismatch(f"BTF has no type id {type_id}")
+        return _BtfType.from_address(ptr), ptr
+
+    def name(self, name_off: int) -> str:
+        raw = libbpf.lib().btf__name_by_offset(self.handle, name_off)
+        return raw.decode() if raw else ""
+
+    @staticmethod
+    def kind(t: _BtfType) -> int:
+        return (t.info >> 24) & 0x1F
+
+    def resolve(self, type_id: int) -> tuple[int, _BtfType, int]:
+        """Follow typedefs and qualifiers to the type that has a layout."""
+        t, ptr = self._type(type_id)
+        while self.kind(t) in _QUALIFIERS:
+            type_id = t.size_or_type
+            t, ptr = self._type(type_id)
+        return type_id, t, ptr
+
+    def describe(self, type_id: int) -> str:
+        _, t, _ = self.resolve(type_id)
+        kind = self.kind(t)
+        label = {KIND_STRUCT: "struct", KIND_UNION: "union", KIND_INT: "int", KIND_ENUM: "enum", KIND_ARRAY: "array"}
+        name = self.name(t.name_off)
+        return f"{label.get(kind, f'kind {kind}')} {name}".strip()
+
+    def size(self, type_id: int) -> int:
+        _, t, ptr = self.resolve(type_id)
+        kind = self.kind(t)
+        if kind == KIND_ARRAY:
+            arr = _BtfArray.from_address(ptr + ctypes.sizeof(_BtfType))
+            return arr.nelems * self.size(arr.type)
+        if kind == KIND_PTR:
+            return 8
+        return t.size_or_type
+
+    def members(self, ptr: int, t: _BtfType) -> list[tuple[str, int, int, int]]:
+        """(name, type id, bit offset, bitfield size) of a struct or union."""
+        vlen = t.info & 0xFFFF
+        bitfields = bool(t.info >> 31)
+        base = ptr + ctypes.sizeof(_BtfType)
+        out = []
+        for n in range(vlen):
+            m = _BtfMember.from_address(base + n * ctypes.sizeof(_BtfMember))
+            offset, bits = (m.offset & 0xFFFFFF, m.offset >> 24) if bitfields else (m.offset, 0)
+            out.append((self.name(m.name_off), m.type, offset, bits))
+        return out
+
+    def datasec_vars(self, section: str) -> dict[str, tuple[int, int, int]]:
+        """Variables of a data section: name -> (offset, size, type id)."""
+        type_id = libbpf.lib().btf__find_by_name_kind(self.handle, section.encode(), KIND_DATASEC)
+        if type_id < 0:
+            return {}
+        t, ptr = self._type(type_id)
+        base = ptr + ctypes.sizeof(_BtfType)
+        out = {}
+        for n in range(t.info & 0xFFFF):
+            info = _BtfVarSecinfo.from_address(base + n * ctypes.sizeof(_BtfVarSecinfo))
+            var, _ = self._type(info.type)
+            out[self.name(var.name_off)] = (info.offset, info.size, var.size_or_type)
+        return out
+
+    def int_signed(self, type_id: int) -> bool | None:
+        """Signedness of an INT (None for other kinds)."""
+        _, t, ptr = self.resolve(type_id)
+        if self.kind(t) != KIND_INT:
+            return None
+        encoding = ctypes.c_uint32.from_address(ptr + ctypes.sizeof(_BtfType)).value
+        return bool((encoding >> 24) & _INT_SIGNED)
+
+
+def _compare(btf: Btf, type_id: int, ctype: type, where: str, problems: list[str]) -> None:
+    _, t, ptr = btf.resolve(type_id)
+    kind = Btf.kind(t)
+    btf_size = btf.size(type_id)
+    py_size = ctypes.sizeof(ctype)
+    if btf_size != py_size:
+        problems.append(f"{where}: {py_size} bytes in Python, {btf_size} in the object's BTF ({btf.describe(type_id)})")
+        return
+    if issubclass(ctype, ctypes.Structure | ctypes.Union):
+        expected_kind = KIND_STRUCT if issubclass(ctype, ctypes.Structure) else KIND_UNION
+        if kind != expected_kind:
+            problems.append(f"{where}: a {ctype.__name__} in Python, {btf.describe(type_id)} in the object's BTF")
+            return
+        btf_members = btf.members(ptr, t)
+        py_fields = [f[0] for f in ctype._fields_]
+        btf_names = [m[0] for m in btf_members]
+        if py_fields != btf_names:
+            problems.append(f"{where}: fields {py_fields} in Python, {btf_names} in the object's BTF ({btf.describe(type_id)})")
+            return
+        for (name, member_type, bit_offset, bits), field in zip(btf_members, ctype._fields_, strict=True):
+            py_offset = getattr(ctype, name).offset
+            if bits or len(field) > 2:
+                problems.append(f"{where}.{name}: bitfields are not supported in map layouts")
+            elif bit_offset != py_offset * 8:
+                problems.append(f"{where}.{name}: offset {py_offset} in Python, {bit_offset // 8} in the object's BTF")
+            else:
+                _compare(btf, member_type, field[1], f"{where}.{name}", problems)
+        return
+    if issubclass(ctype, ctypes.Array):
+        if kind != KIND_ARRAY:
+            problems.append(f"{where}: an array in Python, {btf.describe(type_id)} in the object's BTF")
+            return
+        arr = _BtfArray.from_address(ptr + ctypes.sizeof(_BtfType))
+        if arr.nelems != ctype._length_:
+            problems.append(f"{where}: {ctype._length_} elements in Python, {arr.nelems} in the object's BTF")
+            return
+        _compare(btf, arr.type, ctype._type_, f"{where}[]", problems)
+        return
+    if kind not in (KIND_INT, KIND_ENUM, KIND_ENUM64):
+        problems.append(f"{where}: an integer in Python, {btf.describe(type_id)} in the object's BTF")
+        return
+    signed = btf.int_signed(type_id)
+    if signed is not None and ((signed and ctype in _UNSIGNED_CTYPES) or (not signed and ctype in _SIGNED_CTYPES)):
+        problems.append(f"{where}: signedness differs ({ctype.__name__} in Python, {btf.describe(type_id)} in BTF)")
+
+
+@dataclass(frozen=True)
+class MapLayout:
+    """The key and value types of one map, as the C source declares them (ctypes types)."""
+
+    map_name: str
+    key: type
+    value: type
+
+    def check(self, btf: Btf, key_type_id: int, value_type_id: int, key_size: int, value_size: int) -> None:
+        problems = []
+        if key_size != ctypes.sizeof(self.key) or value_size != ctypes.sizeof(self.value):
+            problems.append(
+                f"key/value sizes {ctypes.sizeof(self.key)}/{ctypes.sizeof(self.value)} in Python, "
+                f"{key_size}/{value_size} in the map definition"
+            )
+        elif not key_type_id or not value_type_id:
+            problems.append("the map carries no BTF for its key or value: declare it with __type(key, ...)")
+        else:
+            _compare(btf, key_type_id, self.key, "key", problems)
+            _compare(btf, value_type_id, self.value, "value", problems)
+        if problems:
+            raise LayoutMismatch(f"map {self.map_name}: layout differs from the BPF object: " + "; ".join(problems))
+
+    def check_object(self, obj: libbpf.BpfObject) -> None:
+        m = obj.map(self.map_name)
+        self.check(Btf(obj.btf), m.btf_key_type_id, m.btf_value_type_id, m.key_size, m.value_size)
+
+    def check_pinned(self, pinned: libbpf.PinnedMap) -> None:
+        info = pinned.info
+        if not info.btf_id:
+            raise LayoutMismatch(f"map {self.map_name} at {pinned.path} carries no BTF; its layout cannot be checked")
+        with Btf.from_kernel(info.btf_id) as btf:
+            self.check(btf, info.btf_key_type_id, info.btf_value_type_id, info.key_size, info.value_size)
+
+
+class TypedMap:
+    """A map accessed through its checked layout: keys and values are ctypes instances (or ints)."""
+
+    def __init__(self, bpf_map: libbpf.Map, layout: MapLayout):
+        self.map = bpf_map
+        self.layout = layout
+
+    def _key(self, key) -> bytes:
+        return bytes(key if isinstance(key, ctypes._SimpleCData | ctypes.Structure | ctypes.Array) else self.layout.key(key))
+
+    def _decode(self, raw: bytes):
+        if not self.map.percpu:
+            return self.layout.value.from_buffer_copy(raw)
+        stride = self.map.value_stride
+        return [self.layout.value.from_buffer_copy(raw, n * stride) for n in range(len(raw) // stride)]
+
+    def _encode(self, value) -> bytes:
+        if not self.map.percpu:
+            return bytes(value)
+        stride = self.map.value_stride
+        cpus = value if isinstance(value, list) else [value] * libbpf.num_possible_cpus()
+        return b"".join(bytes(v).ljust(stride, b"\0") for v in cpus)
+
+    def get(self, key):
+        raw = self.map.lookup(self._key(key))
+        return None if raw is None else self._decode(raw)
+
+    def set(self, key, value, flags: int = libbpf.BPF_ANY) -> None:
+        self.map.update(self._key(key), self._encode(value), flags)
+
+    def delete(self, key) -> bool:
+        return self.map.delete(self._key(key))
+
+    def items(self):
+        for raw_key, raw_value in self.map.items():
+            yield self.layout.key.from_buffer_copy(raw_key), self._decode(raw_value)
+
+
+def set_rodata(obj: libbpf.BpfObject, values: dict[str, int]) -> bytes:
+    """Set `const volatile` globals of .rodata by name before load; returns the section's resulting bytes.
+
+    Every name must exist and every value must fit its C type: the error names the variable and the rule.
+    """
+    try:
+        rodata = obj.internal_map(".rodata")
+    except libbpf.LibbpfError:
+        if values:
+            raise ValueError(f"constants: {obj.path} has no .rodata section (no const volatile globals)") from None
+        return b""
+    if not values:
+        return rodata.initial_value()
+    btf = Btf(obj.btf)
+    variables = btf.datasec_vars(".rodata")
+    blob = bytearray(rodata.initial_value())
+    for name, value in values.items():
+        if name not in variables:
+            known = ", ".join(sorted(variables)) or "none"
+            raise ValueError(f"constants.{name}: the object has no .rodata variable of that name (it has: {known})")
+        offset, size, type_id = variables[name]
+        signed = bool(btf.int_signed(type_id))
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"constants.{name}: must be an integer, got {value!r}")
+        try:
+            blob[offset : offset + size] = value.to_bytes(size, "little", signed=signed)
+        except OverflowError:
+            kind = "signed" if signed else "unsigned"
+            raise ValueError(f"constants.{name}: {value} does not fit a {size}-byte {kind} integer") from None
+    rodata.set_initial_value(bytes(blob))
+    return bytes(blob)
