@@ -55,7 +55,9 @@ class Btf:
     @classmethod
     def from_kernel(cls, btf_id: int) -> Btf:
         so = libbpf.lib()
-        return cls(libbpf._check_ptr(f"btf__load_from_kernel_by_id({btf_id})", so.btf__load_from_kernel_by_id(btf_id)), True)
+        return cls(
+            libbpf._check_ptr(f"btf__load_from_kernel_by_id({btf_id})", so.btf__load_from_kernel_by_id(btf_id)), True
+        )
 
     def close(self) -> None:
         if self.owned and self.handle:
@@ -159,7 +161,9 @@ def _compare(btf: Btf, type_id: int, ctype: type, where: str, problems: list[str
         py_fields = [f[0] for f in ctype._fields_]
         btf_names = [m[0] for m in btf_members]
         if py_fields != btf_names:
-            problems.append(f"{where}: fields {py_fields} in Python, {btf_names} in the object's BTF ({btf.describe(type_id)})")
+            problems.append(
+                f"{where}: fields {py_fields} in Python, {btf_names} in the object's BTF ({btf.describe(type_id)})"
+            )
             return
         for (name, member_type, bit_offset, bits), field in zip(btf_members, ctype._fields_, strict=True):
             py_offset = getattr(ctype, name).offset
@@ -231,7 +235,9 @@ class TypedMap:
         self.layout = layout
 
     def _key(self, key) -> bytes:
-        return bytes(key if isinstance(key, ctypes._SimpleCData | ctypes.Structure | ctypes.Array) else self.layout.key(key))
+        return bytes(
+            key if isinstance(key, ctypes._SimpleCData | ctypes.Structure | ctypes.Array) else self.layout.key(key)
+        )
 
     def _decode(self, raw: bytes):
         if not self.map.percpu:

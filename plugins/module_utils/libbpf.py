@@ -38,7 +38,7 @@ VERIFIER_LOG_SIZE = 1 << 20  # the kernel keeps the log's tail when it overflows
 
 
 class LibbpfError(OSError):
-    """A libbpf call failed: the message names the call, the errno's meaning and any detail libbpf or the verifier gave."""
+    """A libbpf call failed: the message names the call, the errno's meaning, and what libbpf or the verifier said."""
 
     def __init__(self, call: str, err: int, detail: str = ""):
         self.call = call
@@ -84,6 +84,37 @@ class _TestRunOpts(ctypes.Structure):
         ("flags", ctypes.c_uint32),
         ("cpu", ctypes.c_uint32),
         ("batch_size", ctypes.c_uint32),
+    ]
+
+
+class _XdpAttachOpts(ctypes.Structure):
+    _fields_ = [("sz", ctypes.c_size_t), ("old_prog_fd", ctypes.c_int), ("pad", ctypes.c_int)]
+
+
+class _ProgLoadOpts(ctypes.Structure):
+    """struct bpf_prog_load_opts as of libbpf 1.1 (newer libbpf appends fields; sz tells it which we pass)."""
+
+    _fields_ = [
+        ("sz", ctypes.c_size_t),
+        ("attempts", ctypes.c_int),
+        ("expected_attach_type", ctypes.c_int),
+        ("prog_btf_fd", ctypes.c_uint32),
+        ("prog_flags", ctypes.c_uint32),
+        ("prog_ifindex", ctypes.c_uint32),
+        ("kern_version", ctypes.c_uint32),
+        ("attach_btf_id", ctypes.c_uint32),
+        ("attach_prog_fd", ctypes.c_uint32),
+        ("attach_btf_obj_fd", ctypes.c_uint32),
+        ("fd_array", ctypes.c_void_p),
+        ("func_info", ctypes.c_void_p),
+        ("func_info_cnt", ctypes.c_uint32),
+        ("func_info_rec_size", ctypes.c_uint32),
+        ("line_info", ctypes.c_void_p),
+        ("line_info_cnt", ctypes.c_uint32),
+        ("line_info_rec_size", ctypes.c_uint32),
+        ("log_level", ctypes.c_uint32),
+        ("log_size", ctypes.c_uint32),
+        ("log_buf", ctypes.c_void_p),
     ]
 
 
@@ -292,7 +323,10 @@ class _Lib:
             "bpf_link_update": (i, [i, i, ctypes.POINTER(_LinkUpdateOpts)]),
             "bpf_link_detach": (i, [i]),
             "bpf_prog_test_run_opts": (i, [i, ctypes.POINTER(_TestRunOpts)]),
+            "bpf_prog_load": (i, [i, cp, cp, vp, sz, ctypes.POINTER(_ProgLoadOpts)]),
             "bpf_xdp_query": (i, [i, i, ctypes.POINTER(_XdpQueryOpts)]),
+            "bpf_xdp_attach": (i, [i, i, u32, ctypes.POINTER(_XdpAttachOpts)]),
+            "bpf_xdp_detach": (i, [i, u32, ctypes.POINTER(_XdpAttachOpts)]),
             "btf__load_from_kernel_by_id": (vp, [u32]),
             "btf__free": (None, [vp]),
             "btf__type_by_id": (vp, [vp, u32]),
@@ -376,9 +410,7 @@ def prog_info(fd: int) -> ProgInfo:
         with_ids = _ProgInfo(nr_map_ids=info.nr_map_ids, map_ids=ctypes.addressof(ids))
         _info(fd, with_ids, "prog map_ids")
         map_ids = tuple(ids[: with_ids.nr_map_ids])
-    return ProgInfo(
-        id=info.id, tag=bytes(info.tag).hex(), name=info.name.decode(), type=info.type, map_ids=map_ids
-    )
+    return ProgInfo(id=info.id, tag=bytes(info.tag).hex(), name=info.name.decode(), type=info.type, map_ids=map_ids)
 
 
 def map_info(fd: int) -> MapInfo:
@@ -434,9 +466,7 @@ def obj_get(path: str) -> int:
 def xdp_link_create(prog_fd: int, ifindex: int, mode: str) -> int:
     """Attach an XDP program to an interface through a new bpf_link; returns the link fd."""
     opts = _LinkCreateOpts(sz=ctypes.sizeof(_LinkCreateOpts), flags=XDP_MODE_FLAGS[mode])
-    return _check(
-        f"bpf_link_create(ifindex {ifindex}, {mode})", lib().bpf_link_create(prog_fd, ifindex, BPF_XDP, opts)
-    )
+    return _check(f"bpf_link_create(ifindex {ifindex}, {mode})", lib().bpf_link_create(prog_fd, ifindex, BPF_XDP, opts))
 
 
 def link_update(link_fd: int, new_prog_fd: int, old_prog_fd: int | None = None) -> None:
@@ -465,6 +495,49 @@ def xdp_query(ifindex: int) -> XdpState:
         drv_prog_id=opts.drv_prog_id,
         skb_prog_id=opts.skb_prog_id,
     )
+
+
+def xdp_attach_netlink(ifindex: int, prog_fd: int, mode: str) -> None:
+    """Attach without a link (how iproute2 and most tools attach); used only to give back a taken-over program."""
+    opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts))
+    _check(
+        f"bpf_xdp_attach(ifindex {ifindex}, {mode})", lib().bpf_xdp_attach(ifindex, prog_fd, XDP_MODE_FLAGS[mode], opts)
+    )
+
+
+def xdp_detach_netlink(ifindex: int, mode: str) -> None:
+    """Detach a program attached through netlink; fails with EBUSY when a bpf_link owns the attachment."""
+    opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts))
+    _check(f"bpf_xdp_detach(ifindex {ifindex}, {mode})", lib().bpf_xdp_detach(ifindex, XDP_MODE_FLAGS[mode], opts))
+
+
+# ---- programs from raw instructions ------------------------------------------------------------------------
+
+BPF_INSN_SIZE = 8
+
+
+def prog_load(prog_type: int, insns: bytes, name: str, license: str = "GPL", expected_attach_type: int = 0) -> int:
+    """Load a program from raw struct bpf_insn bytes (8 per instruction); returns the program fd.
+
+    For small programs built in Python (no compiler on the host). On failure the verifier's log is in the error.
+    """
+    if not insns or len(insns) % BPF_INSN_SIZE:
+        raise ValueError(f"prog_load({name}): {len(insns)} bytes is not a whole number of 8-byte instructions")
+    so = lib()
+    so.take_messages()
+    code = ctypes.create_string_buffer(bytes(insns), len(insns))
+    log = ctypes.create_string_buffer(VERIFIER_LOG_SIZE)
+    opts = _ProgLoadOpts(sz=ctypes.sizeof(_ProgLoadOpts), expected_attach_type=expected_attach_type)
+    ret = so.bpf_prog_load(prog_type, name.encode(), license.encode(), code, len(insns) // BPF_INSN_SIZE, opts)
+    if ret < 0:
+        # Load again with a verifier log only to explain the failure (a log on success costs time and memory).
+        opts.log_level, opts.log_size, opts.log_buf = 1, len(log), ctypes.addressof(log)
+        again = so.bpf_prog_load(prog_type, name.encode(), license.encode(), code, len(insns) // BPF_INSN_SIZE, opts)
+        if again >= 0:
+            os.close(again)
+        detail = so.take_messages() + log.value.decode(errors="replace")
+        raise LibbpfError(f"bpf_prog_load({name})", -ret, detail)
+    return ret
 
 
 # ---- running programs --------------------------------------------------------------------------------------
@@ -548,9 +621,7 @@ class Map:
 
     def _value(self, value: bytes) -> ctypes.Array:
         if len(value) != self.value_buffer_size:
-            raise ValueError(
-                f"map {self.name}: value is {len(value)} bytes, the map expects {self.value_buffer_size}"
-            )
+            raise ValueError(f"map {self.name}: value is {len(value)} bytes, the map expects {self.value_buffer_size}")
         return ctypes.create_string_buffer(bytes(value), self.value_buffer_size)
 
     def lookup(self, key: bytes) -> bytes | None:
@@ -734,7 +805,9 @@ class ObjectMap(Map):
 
     def set_initial_value(self, data: bytes) -> None:
         buf = ctypes.create_string_buffer(data, len(data))
-        _check(f"bpf_map__set_initial_value({self.name})", lib().bpf_map__set_initial_value(self.handle, buf, len(data)))
+        _check(
+            f"bpf_map__set_initial_value({self.name})", lib().bpf_map__set_initial_value(self.handle, buf, len(data))
+        )
 
 
 class BpfObject:
@@ -792,7 +865,9 @@ class BpfObject:
     def program(self, name: str | None = None) -> Program:
         if name is None:
             if len(self.programs) != 1:
-                raise ValueError(f"{self.path} has {len(self.programs)} programs ({', '.join(self.programs)}): name one")
+                raise ValueError(
+                    f"{self.path} has {len(self.programs)} programs ({', '.join(self.programs)}): name one"
+                )
             return next(iter(self.programs.values()))
         try:
             return self.programs[name]

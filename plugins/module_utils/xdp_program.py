@@ -1,0 +1,447 @@
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+"""One XDP program instance attached to a set of interfaces through pinned bpf_links.
+
+Layout on a host, for an instance named N:
+  /sys/fs/bpf/xdpfleet/N/links/<ifname>   the bpf_link of each attachment (it keeps the program attached)
+  /sys/fs/bpf/xdpfleet/N/maps/<map>       the object's maps, reused by the next version when compatible
+  /var/lib/xdpfleet/programs/N.json       what was attached where, for teardown and restore
+
+Everything is decided before anything changes (plan), then applied make-before-break (apply): a new version
+replaces the old one through bpf_link_update, so an interface never runs without a program, and a failure on
+one interface rolls back those already changed. Idempotence is judged by what the kernel runs: the program's
+tag, its .rodata constants, its maps and the attach mode.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import set_rodata
+
+PIN_ROOT = "/sys/fs/bpf/xdpfleet"
+STATE_DIR = "/var/lib/xdpfleet"
+BPFFS_MAGIC_MOUNT_TYPE = "bpf"
+
+
+class XdpProgramError(RuntimeError):
+    """A refusal or failure, with a message meant for the person running the playbook."""
+
+
+@dataclass(frozen=True)
+class InstancePaths:
+    name: str
+    pin_root: str = PIN_ROOT
+    state_dir: str = STATE_DIR
+
+    @property
+    def pin_dir(self) -> str:
+        return os.path.join(self.pin_root, self.name)
+
+    @property
+    def links_dir(self) -> str:
+        return os.path.join(self.pin_dir, "links")
+
+    @property
+    def maps_dir(self) -> str:
+        return os.path.join(self.pin_dir, "maps")
+
+    @property
+    def state_file(self) -> str:
+        return os.path.join(self.state_dir, "programs", f"{self.name}.json")
+
+    def link_pin(self, ifname: str) -> str:
+        return os.path.join(self.links_dir, ifname)
+
+    def map_pin(self, map_name: str) -> str:
+        return os.path.join(self.maps_dir, map_name)
+
+
+@dataclass
+class Running:
+    """What one of our pinned links runs now, as the kernel reports it."""
+
+    ifname: str
+    link_fd: int
+    link_id: int
+    ifindex: int  # 0 when the interface went away under the link
+    prog_id: int
+    prog_fd: int
+    prog_name: str
+    tag: str
+    rodata: bytes
+    mode: str
+
+    def describe(self) -> str:
+        return describe(self.prog_name, self.tag, self.mode)
+
+
+@dataclass
+class Step:
+    ifname: str
+    action: str  # attach, replace, reattach, takeover, unchanged, detach
+    ifindex: int = 0
+    before: str = ""
+    after: str = ""
+    running: Running | None = None
+    foreign_prog_id: int = 0
+    foreign_mode: str = ""
+
+
+@dataclass
+class Plan:
+    steps: list[Step] = field(default_factory=list)
+    new_maps: list[str] = field(default_factory=list)  # maps the new version creates (their pins are swapped)
+
+    @property
+    def changed(self) -> bool:
+        # New maps alone are a change: the running program must move onto them.
+        return bool(self.new_maps) or any(s.action != "unchanged" for s in self.steps)
+
+
+def bpffs_mounted(path: str = "/sys/fs/bpf") -> bool:
+    with open("/proc/self/mounts") as mounts:
+        return any(line.split()[1] == path and line.split()[2] == BPFFS_MAGIC_MOUNT_TYPE for line in mounts)
+
+
+def ifindex_of(ifname: str) -> int:
+    try:
+        return socket.if_nametoindex(ifname)
+    except OSError:
+        return 0
+
+
+def describe(name: str, tag: str, mode: str, constants: dict | None = None) -> str:
+    knobs = ", ".join(f"{k}={v}" for k, v in sorted((constants or {}).items()))
+    return f"{name} tag {tag} {mode}" + (f" ({knobs})" if knobs else "")
+
+
+def read_rodata(prog_fd: int) -> bytes:
+    """The .rodata contents a loaded program runs with (b'' when it has none)."""
+    for map_id in libbpf.prog_info(prog_fd).map_ids:
+        try:
+            fd = libbpf.map_fd_by_id(map_id)
+        except libbpf.LibbpfError:
+            continue
+        try:
+            m = libbpf.Map.from_fd(fd)
+            if m.name.endswith(".rodata"):
+                return m.lookup(b"\0" * m.key_size) or b""
+        finally:
+            os.close(fd)
+    return b""
+
+
+def read_running(paths: InstancePaths, ifname: str) -> Running | None:
+    """Open our pinned link for an interface; None when there is none."""
+    try:
+        link_fd = libbpf.obj_get(paths.link_pin(ifname))
+    except libbpf.LibbpfError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise
+    link = libbpf.link_info(link_fd)
+    mode = "none"
+    if link.ifindex:
+        state = libbpf.xdp_query(link.ifindex)
+        mode = state.mode if state.prog_id == link.prog_id else "none"
+    prog_fd = libbpf.prog_fd_by_id(link.prog_id)
+    info = libbpf.prog_info(prog_fd)
+    return Running(
+        ifname=ifname,
+        link_fd=link_fd,
+        link_id=link.id,
+        ifindex=link.ifindex,
+        prog_id=link.prog_id,
+        prog_fd=prog_fd,
+        prog_name=info.name,
+        tag=info.tag,
+        rodata=read_rodata(prog_fd),
+        mode=mode,
+    )
+
+
+def recorded_interfaces(paths: InstancePaths) -> list[str]:
+    names = set(load_state(paths).get("interfaces", {}))
+    if os.path.isdir(paths.links_dir):
+        names.update(os.listdir(paths.links_dir))
+    return sorted(names)
+
+
+def load_state(paths: InstancePaths) -> dict:
+    try:
+        with open(paths.state_file) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+def write_state(paths: InstancePaths, state: dict) -> None:
+    os.makedirs(os.path.dirname(paths.state_file), mode=0o750, exist_ok=True)
+    tmp = paths.state_file + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, paths.state_file)
+
+
+def compatible(pinned: libbpf.MapInfo, wanted: libbpf.ObjectMap) -> bool:
+    return (pinned.type, pinned.key_size, pinned.value_size, pinned.max_entries, pinned.map_flags) == (
+        wanted.type,
+        wanted.key_size,
+        wanted.value_size,
+        wanted.max_entries,
+        wanted.map_flags,
+    )
+
+
+class Instance:
+    """Desired state of one instance, its loaded object, and the plan to get there."""
+
+    def __init__(self, paths: InstancePaths, object_path: str, program: str | None, mode: str, constants: dict):
+        self.paths = paths
+        self.mode = mode
+        self.constants = constants
+        self.obj = libbpf.BpfObject(object_path)
+        self.running: list[Running] = []
+        try:
+            self.program = self.obj.program(program)
+            self.rodata = set_rodata(self.obj, constants)
+            self.new_maps = self._reuse_pinned_maps()
+            self.obj.load()  # verifier errors surface here, before any interface is touched
+            self.info = self.program.info()
+        except Exception:
+            self.close()
+            raise
+
+    def _reuse_pinned_maps(self) -> list[str]:
+        """Point the object at the instance's pinned maps where they fit; return the maps it must create."""
+        created = []
+        for name, m in self.obj.maps.items():
+            if m.internal:
+                continue
+            try:
+                fd = libbpf.obj_get(self.paths.map_pin(name))
+            except libbpf.LibbpfError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise
+                created.append(name)
+                continue
+            try:
+                if compatible(libbpf.map_info(fd), m):
+                    m.reuse_fd(fd)
+                else:
+                    created.append(name)
+            finally:
+                os.close(fd)
+        return created
+
+    def describe(self) -> str:
+        return describe(self.info.name, self.info.tag, self.mode, self.constants)
+
+    def plan(self, interfaces: list[str], replace_foreign: bool) -> Plan:
+        plan = Plan(new_maps=self.new_maps if os.path.isdir(self.paths.pin_dir) else [])
+        for ifname in interfaces:
+            step = Step(ifname=ifname, action="attach", ifindex=ifindex_of(ifname), after=self.describe())
+            running = read_running(self.paths, ifname)
+            if running:
+                self.running.append(running)
+                step.running = running
+                step.before = running.describe()
+            if running and running.ifindex == step.ifindex and running.mode != "none":
+                same_program = running.tag == self.info.tag and running.rodata == self.rodata and not plan.new_maps
+                if running.mode != self.mode:
+                    step.action = "reattach"
+                else:
+                    step.action = "unchanged" if same_program else "replace"
+            else:
+                state = libbpf.xdp_query(step.ifindex)
+                if state.prog_id:
+                    if not replace_foreign:
+                        foreign = libbpf.prog_fd_by_id(state.prog_id)
+                        try:
+                            info = libbpf.prog_info(foreign)
+                        finally:
+                            os.close(foreign)
+                        raise XdpProgramError(
+                            f"interfaces: {ifname} already runs XDP program {info.name} (id {state.prog_id}, "
+                            f"tag {info.tag}, {state.mode}) that this instance did not attach; set "
+                            "replace_foreign: true to take it over (there is a short gap without XDP while the "
+                            "attachment moves to a bpf_link), or detach it first"
+                        )
+                    step.action = "takeover"
+                    step.foreign_prog_id = state.prog_id
+                    step.foreign_mode = state.mode
+                    step.before = f"foreign program id {state.prog_id} {state.mode}"
+            plan.steps.append(step)
+        for ifname in recorded_interfaces(self.paths):
+            if ifname not in interfaces:
+                running = read_running(self.paths, ifname)
+                if running:
+                    self.running.append(running)
+                before = running.describe() if running else "stale pin"
+                plan.steps.append(Step(ifname=ifname, action="detach", running=running, before=before))
+        return plan
+
+    def apply(self, plan: Plan) -> None:
+        """Make-before-break: attach or replace every interface, then swap map pins, then detach the rest."""
+        os.makedirs(self.paths.links_dir, exist_ok=True)
+        os.makedirs(self.paths.maps_dir, exist_ok=True)
+        prog_fd = self.program.fd
+        done: list[tuple[Step, int | None]] = []
+        try:
+            for step in plan.steps:
+                if step.action in ("unchanged", "detach"):
+                    continue
+                done.append((step, self._apply_step(step, prog_fd)))
+        except libbpf.LibbpfError as exc:
+            rollback_errors = self._rollback(done)
+            detail = f"; rolling back also failed: {'; '.join(rollback_errors)}" if rollback_errors else ""
+            raise XdpProgramError(
+                f"attaching {self.info.name} failed, previous state restored on "
+                f"{', '.join(s.ifname for s, _ in done) or 'no interface'}: {exc}{detail}"
+            ) from exc
+        for name, m in self.obj.maps.items():
+            if m.internal:
+                continue
+            pin_path = self.paths.map_pin(name)
+            if name in plan.new_maps and os.path.exists(pin_path):
+                libbpf.unpin(pin_path)
+            if not os.path.exists(pin_path):
+                m.pin(pin_path)
+        for step in plan.steps:
+            if step.action == "detach":
+                detach_link(self.paths, step.ifname, step.running)
+
+    def running_prog_id(self, plan: Plan) -> int:
+        """Id of the program the interfaces run once the plan is applied (the loaded one is discarded if unchanged)."""
+        if plan.changed:
+            return self.info.id
+        return next((s.running.prog_id for s in plan.steps if s.running), self.info.id)
+
+    def _apply_step(self, step: Step, prog_fd: int) -> int | None:
+        """Returns the new link fd where one was made (for rollback)."""
+        pin_path = self.paths.link_pin(step.ifname)
+        if step.action == "replace":
+            libbpf.link_update(step.running.link_fd, prog_fd, old_prog_fd=step.running.prog_fd)
+            return None
+        if step.action == "reattach":
+            # Native and generic XDP cannot be active at once on a device: a mode change has a short gap.
+            libbpf.link_detach(step.running.link_fd)
+            libbpf.unpin(pin_path)
+        if step.action == "takeover":
+            libbpf.xdp_detach_netlink(step.ifindex, step.foreign_mode)
+        if step.running and os.path.exists(pin_path):  # a stale link whose interface went away
+            libbpf.unpin(pin_path)
+        link_fd = libbpf.xdp_link_create(prog_fd, step.ifindex, self.mode)
+        try:
+            libbpf.pin(link_fd, pin_path)
+        except libbpf.LibbpfError:
+            libbpf.link_detach(link_fd)
+            os.close(link_fd)
+            raise
+        return link_fd
+
+    def _rollback(self, done: list[tuple[Step, int | None]]) -> list[str]:
+        errors = []
+        for step, link_fd in reversed(done):
+            try:
+                if step.action == "replace":
+                    libbpf.link_update(step.running.link_fd, step.running.prog_fd)
+                    continue
+                libbpf.link_detach(link_fd)
+                libbpf.unpin(self.paths.link_pin(step.ifname))
+                os.close(link_fd)
+                if step.action == "reattach":
+                    old = libbpf.xdp_link_create(step.running.prog_fd, step.ifindex, step.running.mode)
+                    libbpf.pin(old, self.paths.link_pin(step.ifname))
+                    os.close(old)
+                elif step.action == "takeover":
+                    foreign = libbpf.prog_fd_by_id(step.foreign_prog_id)
+                    libbpf.xdp_attach_netlink(step.ifindex, foreign, step.foreign_mode)
+                    os.close(foreign)
+            except (libbpf.LibbpfError, OSError) as exc:
+                errors.append(f"{step.ifname}: {exc}")
+        return errors
+
+    def close(self) -> None:
+        for r in self.running:
+            os.close(r.link_fd)
+            os.close(r.prog_fd)
+        self.running = []
+        self.obj.close()
+
+    def __enter__(self) -> Instance:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def detach_link(paths: InstancePaths, ifname: str, running: Running | None) -> None:
+    pin_path = paths.link_pin(ifname)
+    if running:
+        try:
+            libbpf.link_detach(running.link_fd)
+        except libbpf.LibbpfError as exc:
+            if exc.errno not in (errno.ENOLINK, errno.EINVAL):  # already detached (interface gone, forced detach)
+                raise
+    if os.path.exists(pin_path):
+        libbpf.unpin(pin_path)
+
+
+def state_record(instance: Instance, interfaces: list[str], source: str | None, object_path: str) -> dict:
+    return {
+        "name": instance.paths.name,
+        "program": instance.info.name,
+        "tag": instance.info.tag,
+        "mode": instance.mode,
+        "constants": instance.constants,
+        "source": source,
+        "object": object_path,
+        "interfaces": {
+            ifname: {"ifindex": ifindex_of(ifname), "link_pin": instance.paths.link_pin(ifname)}
+            for ifname in interfaces
+        },
+        "maps": {name: instance.paths.map_pin(name) for name, m in instance.obj.maps.items() if not m.internal},
+        "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def remove(paths: InstancePaths, check_mode: bool) -> list[str]:
+    """Detach and unpin everything of an instance and forget it; returns what was (or would be) removed."""
+    removed = []
+    for ifname in recorded_interfaces(paths):
+        running = read_running(paths, ifname)
+        removed.append(f"- {ifname}: " + (running.describe() if running else "stale pin"))
+        try:
+            if not check_mode:
+                detach_link(paths, ifname, running)
+        finally:
+            if running:
+                os.close(running.link_fd)
+                os.close(running.prog_fd)
+    if os.path.isdir(paths.maps_dir):
+        for name in sorted(os.listdir(paths.maps_dir)):
+            removed.append(f"- map {name}")
+            if not check_mode:
+                libbpf.unpin(paths.map_pin(name))
+    for directory in (paths.links_dir, paths.maps_dir, paths.pin_dir):
+        if os.path.isdir(directory):
+            if not removed:
+                removed.append(f"- {directory}")
+            if not check_mode:
+                os.rmdir(directory)
+    if not check_mode and os.path.isdir(paths.pin_root) and not os.listdir(paths.pin_root):
+        os.rmdir(paths.pin_root)  # the last instance leaves no xdpfleet directory behind
+    if os.path.exists(paths.state_file):
+        removed.append(f"- state file {paths.state_file}")
+        if not check_mode:
+            os.unlink(paths.state_file)
+    return removed

@@ -1,0 +1,309 @@
+#!/usr/bin/python
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: xdp_program
+short_description: Compile, load and attach one XDP program to a list of interfaces, idempotently
+version_added: "0.1.0"
+description:
+  - Compiles a C source on the host with C(clang -O2 -g -target bpf) (cached by a hash of the compiler, flags,
+    source and include directories) or takes a prebuilt object, loads it with libbpf, and attaches one of its
+    programs to every interface listed, in native or generic mode.
+  - Each attachment is a bpf_link pinned at C(/sys/fs/bpf/xdpfleet/<name>/links/<interface>); the object's maps
+    are pinned at C(/sys/fs/bpf/xdpfleet/<name>/maps/<map>) and reused by the next version where their definition
+    is unchanged, so counters survive an upgrade.
+  - Idempotent by what the kernel runs. An interface is unchanged when its link runs a program with the same tag,
+    the same C(.rodata) constants and the same maps, in the same mode. Otherwise the new version replaces the old one
+    through C(bpf_link_update), which is atomic, so no packet meets an interface without a program.
+  - Everything is checked before any interface changes. That covers the interfaces existing, the source compiling
+    and the verifier accepting the program. Compiler and verifier messages are returned as they are. If attaching
+    fails on one interface, the interfaces already changed are rolled back to the previous program.
+  - A record of what was attached where is written to C(/var/lib/xdpfleet/programs/<name>.json). Teardown
+    (I(state=absent)) uses it.
+  - An interface that already runs an XDP program this instance did not attach is refused unless
+    I(replace_foreign=true).
+author:
+  - xdpfleet developers
+requirements:
+  - Linux 5.9 or newer (XDP through bpf_link), libbpf.so.1, a bpffs mounted at /sys/fs/bpf
+  - clang on the host when I(source) is used
+options:
+  name:
+    description:
+      - Name of this program instance on the host. It is used in pin paths and the state file.
+    type: str
+    required: true
+  state:
+    description:
+      - C(present) attaches (or replaces). C(absent) detaches every interface of the instance, removes its pins and
+        its state file.
+    type: str
+    choices: [present, absent]
+    default: present
+  source:
+    description:
+      - Path on the host of a C source to compile. Mutually exclusive with I(object).
+    type: path
+  object:
+    description:
+      - Path on the host of a prebuilt BPF ELF object. Mutually exclusive with I(source).
+    type: path
+  program:
+    description:
+      - Name of the program (C function) in the object to attach. It may be omitted when the object has exactly one.
+    type: str
+  interfaces:
+    description:
+      - Interfaces to attach to. Interfaces the instance was attached to before but are no longer listed are
+        detached (after the listed ones are attached).
+    type: list
+    elements: str
+    default: []
+  mode:
+    description:
+      - C(native) runs in the driver, before an skb exists. C(generic) runs on the skb and works on any interface.
+      - The kernel cannot run native and generic XDP on one device at once. So a mode change detaches and then
+        attaches, leaving a short gap. Every other change is atomic.
+    type: str
+    choices: [native, generic]
+    default: native
+  constants:
+    description:
+      - Values for the object's C(const volatile) globals (its C(.rodata)), by variable name. They are set before
+        load and checked against the variable's C type.
+    type: dict
+    default: {}
+  defines:
+    description:
+      - Preprocessor macros for compiling I(source), as C(-DNAME=VALUE). Use a null value for a plain C(-DNAME).
+    type: dict
+    default: {}
+  include_dirs:
+    description:
+      - Extra include directories for compiling I(source). Their contents are part of the cache key.
+    type: list
+    elements: path
+    default: []
+  replace_foreign:
+    description:
+      - Take over an interface that runs an XDP program attached by someone else. The foreign program is detached
+        and this one attached through a bpf_link, with a short gap between the two.
+    type: bool
+    default: false
+  cache_dir:
+    description: Where compiled objects are cached on the host.
+    type: path
+    default: /var/lib/xdpfleet/cache
+  pin_root:
+    description: bpffs directory under which the instance pins its links and maps.
+    type: path
+    default: /sys/fs/bpf/xdpfleet
+  state_dir:
+    description: Directory of the state files that teardown reads.
+    type: path
+    default: /var/lib/xdpfleet
+attributes:
+  check_mode:
+    support: full
+    description: The object is compiled and loaded (so verifier errors show), but no interface, pin or file changes.
+  diff_mode:
+    support: full
+    description: Shows, per interface, the program, tag and mode before and after.
+notes:
+  - BPF object ids are global to the kernel. This module identifies its objects by pin path, never by id or name.
+seealso:
+  - module: xdpfleet.fabric.xdp_probe
+"""
+
+EXAMPLES = r"""
+- name: Count frames on the uplinks (compiled on the host)
+  xdpfleet.fabric.xdp_program:
+    name: counter
+    source: /var/lib/xdpfleet/src/counter/counter.c
+    include_dirs: [/var/lib/xdpfleet/src/include]
+    interfaces: [ens1f0, ens1f1]
+    mode: native
+    constants:
+      count_only_proto: 17
+
+- name: Attach a prebuilt object in generic mode
+  xdpfleet.fabric.xdp_program:
+    name: filter
+    object: /opt/xdp/filter.o
+    program: xdp_filter
+    interfaces: [eth1]
+    mode: generic
+
+- name: Detach it and remove its pins and state
+  xdpfleet.fabric.xdp_program:
+    name: filter
+    state: absent
+"""
+
+RETURN = r"""
+object:
+  description: The object file that was loaded (the cache entry when compiled).
+  returned: state=present
+  type: str
+  sample: /var/lib/xdpfleet/cache/counter-3f1c9a0e5b7d2c44.o
+compiled:
+  description: Whether the source was compiled by this run (false when the cache had it).
+  returned: state=present
+  type: bool
+program:
+  description: Name, tag and id of the program the interfaces run after this run.
+  returned: state=present
+  type: dict
+  sample: {name: xdp_count, tag: 9a1f0c2b3d4e5f60, id: 412}
+interfaces:
+  description: Per interface, what was done (attach, replace, reattach, takeover, unchanged, detach) and the link pin.
+  returned: always
+  type: dict
+  sample: {p1: {action: replace, ifindex: 7, link_pin: /sys/fs/bpf/xdpfleet/counter/links/p1}}
+maps:
+  description: Pin path of each of the object's maps.
+  returned: state=present
+  type: dict
+  sample: {xdp_counters: /sys/fs/bpf/xdpfleet/counter/maps/xdp_counters}
+state_file:
+  description: Path of the record used by teardown.
+  returned: always
+  type: str
+  sample: /var/lib/xdpfleet/programs/counter.json
+"""
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
+
+NAME_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def validate(module: AnsibleModule) -> None:
+    p = module.params
+    if not NAME_RULE.match(p["name"]):
+        module.fail_json(msg=f"name: {p['name']!r} must be 1-64 letters, digits, '_', '.' or '-', starting alnum")
+    if p["state"] == "absent":
+        return
+    if not p["interfaces"]:
+        module.fail_json(msg="interfaces: at least one interface is required with state=present")
+    if len(set(p["interfaces"])) != len(p["interfaces"]):
+        module.fail_json(
+            msg=f"interfaces: listed twice: {sorted({i for i in p['interfaces'] if p['interfaces'].count(i) > 1})}"
+        )
+    missing = [i for i in p["interfaces"] if not xp.ifindex_of(i)]
+    if missing:
+        module.fail_json(msg=f"interfaces: no such interface on this host: {', '.join(missing)}")
+    if not xp.bpffs_mounted():
+        module.fail_json(msg="bpffs is not mounted at /sys/fs/bpf (the xdpfleet.fabric.xdp_host role mounts it)")
+
+
+def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
+    p = module.params
+    compiled = False
+    object_path = p["object"]
+    if object_path and not os.path.isfile(object_path):
+        module.fail_json(msg=f"object: {object_path}: no such file on this host")
+    if p["source"]:
+        try:
+            object_path, compiled = bpf_build.compile_object(
+                p["source"],
+                p["cache_dir"],
+                p["include_dirs"],
+                p["defines"],
+                build_dir=module.tmpdir if module.check_mode else None,
+            )
+        except bpf_build.CompileError as exc:
+            module.fail_json(msg=str(exc))
+    try:
+        instance = xp.Instance(paths, object_path, p["program"], p["mode"], p["constants"])
+    except (libbpf.LibbpfError, ValueError) as exc:
+        module.fail_json(msg=f"loading {object_path} failed, nothing was changed: {exc}")
+    with instance:
+        try:
+            plan = instance.plan(p["interfaces"], p["replace_foreign"])
+        except xp.XdpProgramError as exc:
+            module.fail_json(msg=str(exc))
+        if plan.changed and not module.check_mode:
+            try:
+                instance.apply(plan)
+                xp.write_state(paths, xp.state_record(instance, p["interfaces"], p["source"], object_path))
+            except (xp.XdpProgramError, libbpf.LibbpfError) as exc:
+                module.fail_json(msg=str(exc))
+        changed_steps = [s for s in plan.steps if s.action != "unchanged"]
+        result = {
+            "changed": plan.changed,
+            "object": object_path,
+            "compiled": compiled,
+            "program": {"name": instance.info.name, "tag": instance.info.tag, "id": instance.running_prog_id(plan)},
+            "interfaces": {
+                s.ifname: {"action": s.action, "ifindex": s.ifindex, "link_pin": paths.link_pin(s.ifname)}
+                for s in plan.steps
+            },
+            "maps": {n: paths.map_pin(n) for n, m in instance.obj.maps.items() if not m.internal},
+            "state_file": paths.state_file,
+        }
+        if plan.changed:
+            before = [f"{s.ifname}: {s.before}" for s in changed_steps if s.before]
+            after = [f"{s.ifname}: {s.after}" for s in changed_steps if s.action != "detach"]
+            after += [f"new map {n} (the pinned one no longer fits)" for n in plan.new_maps]
+            result["diff"] = {
+                "before_header": f"xdp_program {paths.name}",
+                "after_header": f"xdp_program {paths.name}",
+                "before": "\n".join(before) + "\n" if before else "",
+                "after": "\n".join(after) + "\n" if after else "",
+            }
+        return result
+
+
+def absent(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
+    try:
+        removed = xp.remove(paths, module.check_mode)
+    except (libbpf.LibbpfError, OSError) as exc:
+        module.fail_json(msg=f"removing xdp_program {paths.name}: {exc}")
+    result = {"changed": bool(removed), "interfaces": {}, "state_file": paths.state_file}
+    if removed:
+        result["diff"] = {
+            "before_header": f"xdp_program {paths.name}",
+            "before": "\n".join(removed) + "\n",
+            "after": "",
+        }
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "source": {"type": "path"},
+            "object": {"type": "path"},
+            "program": {"type": "str"},
+            "interfaces": {"type": "list", "elements": "str", "default": []},
+            "mode": {"type": "str", "choices": ["native", "generic"], "default": "native"},
+            "constants": {"type": "dict", "default": {}},
+            "defines": {"type": "dict", "default": {}},
+            "include_dirs": {"type": "list", "elements": "path", "default": []},
+            "replace_foreign": {"type": "bool", "default": False},
+            "cache_dir": {"type": "path", "default": "/var/lib/xdpfleet/cache"},
+            "pin_root": {"type": "path", "default": xp.PIN_ROOT},
+            "state_dir": {"type": "path", "default": xp.STATE_DIR},
+        },
+        mutually_exclusive=[("source", "object")],
+        required_if=[("state", "present", ("source", "object"), True)],
+        supports_check_mode=True,
+    )
+    validate(module)
+    paths = xp.InstancePaths(module.params["name"], module.params["pin_root"], module.params["state_dir"])
+    if module.params["state"] == "present":
+        module.exit_json(**present(module, paths))
+    module.exit_json(**absent(module, paths))
+
+
+if __name__ == "__main__":
+    main()
