@@ -298,3 +298,30 @@ def set_rodata(obj: libbpf.BpfObject, values: dict[str, int]) -> bytes:
             raise ValueError(f"constants.{name}: {value} does not fit a {size}-byte {kind} integer") from None
     rodata.set_initial_value(bytes(blob))
     return bytes(blob)
+
+
+def decode(btf: Btf, type_id: int, raw: bytes, offset: int = 0):
+    """A value's bytes as Python data, by its BTF: structs become dicts, arrays lists, integers ints."""
+    _, t, ptr = btf.resolve(type_id)
+    kind = Btf.kind(t)
+    if kind in (KIND_STRUCT, KIND_UNION):
+        return {
+            name or f"_{n}": decode(btf, member_type, raw, offset + bit_offset // 8)
+            for n, (name, member_type, bit_offset, _bits) in enumerate(btf.members(ptr, t))
+        }
+    if kind == KIND_ARRAY:
+        arr = _BtfArray.from_address(ptr + ctypes.sizeof(_BtfType))
+        size = btf.size(arr.type)
+        return [decode(btf, arr.type, raw, offset + n * size) for n in range(arr.nelems)]
+    size = btf.size(type_id)
+    return int.from_bytes(raw[offset : offset + size], "little", signed=bool(btf.int_signed(type_id)))
+
+
+def sum_values(values: list):
+    """Element-wise sum of per-CPU values decoded by decode()."""
+    first = values[0]
+    if isinstance(first, dict):
+        return {k: sum_values([v[k] for v in values]) for k in first}
+    if isinstance(first, list):
+        return [sum_values([v[n] for v in values]) for n in range(len(first))]
+    return sum(values)

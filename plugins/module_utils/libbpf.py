@@ -29,6 +29,7 @@ XDP_FLAGS_DRV_MODE = 1 << 2
 BPF_LINK_TYPE_XDP = 6
 BPF_PROG_TYPE_XDP = 6
 BPF_TAG_SIZE = 8
+ENOTSUPP = 524  # the kernel's internal "operation not supported", which BPF syscalls leak
 BPF_OBJ_NAME_LEN = 16
 
 XDP_MODE_FLAGS = {"native": XDP_FLAGS_DRV_MODE, "generic": XDP_FLAGS_SKB_MODE}
@@ -687,6 +688,15 @@ class Map:
             if ret == -errno.ENOENT:  # the kernel's way of saying "that was the last batch"
                 return entries
             in_batch = ctypes.create_string_buffer(out_batch.raw, token_size)
+
+    def dump(self) -> list[tuple[bytes, bytes]]:
+        """Every entry: in batches where the map type supports them, else one by one."""
+        try:
+            return self.lookup_batch()
+        except LibbpfError as exc:
+            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, ENOTSUPP):
+                raise
+        return list(self.items())
 
     def update_batch(self, entries: list[tuple[bytes, bytes]], flags: int = BPF_ANY) -> None:
         if not entries:

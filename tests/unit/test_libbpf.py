@@ -321,3 +321,24 @@ def test_pinned_link_attach_replace_detach(fixture_object, veth_netns):
     assert out["replaced"] is True
     assert "map flows: layout differs" in out["pinned_mismatch"]
     assert out["detached"] == "none"
+
+
+def test_btf_decode_turns_values_into_data(fixture_object):
+    with libbpf.BpfObject(fixture_object) as obj:
+        obj.load()
+        flows = bl.TypedMap(obj.map("flows"), FLOWS)
+        flows.set(
+            FlowKey(ifindex=3, vid=100),
+            FlowStats(packets=5, bytes=320, mac=(ctypes.c_uint8 * 6)(*b"\x02\0\0\0\0\x01"), delta=-2),
+        )
+        ((raw_key, raw_value),) = obj.map("flows").dump()
+        btf = bl.Btf(obj.btf)
+        m = obj.map("flows")
+        assert bl.decode(btf, m.btf_key_type_id, raw_key) == {"ifindex": 3, "vid": 100, "pad": [0, 0]}
+        assert bl.decode(btf, m.btf_value_type_id, raw_value) == {
+            "packets": 5,
+            "bytes": 320,
+            "mac": [2, 0, 0, 0, 0, 1],
+            "delta": -2,
+        }
+    assert bl.sum_values([{"a": 1, "b": [1, 2]}, {"a": 2, "b": [3, 4]}]) == {"a": 3, "b": [4, 6]}
