@@ -178,6 +178,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
 

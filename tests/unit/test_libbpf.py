@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import btf_layout as bl
 
