@@ -197,6 +197,11 @@ def validate(module: AnsibleModule) -> None:
         module.fail_json(
             msg=f"interfaces: listed twice: {sorted({i for i in p['interfaces'] if p['interfaces'].count(i) > 1})}"
         )
+    for key, value in p["constants"].items():
+        try:  # templated values may arrive as strings
+            p["constants"][key] = value if isinstance(value, int) else int(str(value), 0)
+        except ValueError:
+            module.fail_json(msg=f"constants.{key}: {value!r} is not an integer")
     missing = [i for i in p["interfaces"] if not xp.ifindex_of(i)]
     if missing:
         module.fail_json(msg=f"interfaces: no such interface on this host: {', '.join(missing)}")
