@@ -1,0 +1,107 @@
+# xdpfleet: developer and CI entry points. Run as root on Debian 12.
+#
+#   make demo    bring up the network-namespace lab, run site.yml, print the report, tear the lab down
+#   make test    install what is missing, lint, run unit and integration tests
+#
+# Every target that needs them runs `deps` first; a re-run with nothing to do takes well under a second.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+
+PYTHON ?= python3
+VENV := $(CURDIR)/.venv
+BIN := $(VENV)/bin
+BUILD_DIR := $(CURDIR)/.build
+REPORTS_DIR := $(CURDIR)/reports
+KEEP_LAB ?= 0
+
+# Debian packages the lab, the tests and the XDP toolchain need on this machine.
+APT_PACKAGES := clang llvm libbpf-dev bpftool openssh-server iproute2 ethtool python3-venv make procps \
+	tcpdump ca-certificates iputils-ping
+
+# The venv is rebuilt when pyproject.toml changes: its hash is part of the stamp's name.
+PYPROJECT_HASH := $(shell sha256sum $(CURDIR)/pyproject.toml | cut -c1-16)
+VENV_STAMP := $(VENV)/.xdpfleet-deps-$(PYPROJECT_HASH)
+
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(BIN):$(PATH)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help deps apt-deps lint build lab-down test demo clean
+
+help:
+	@echo "make demo      lab up, site.yml, print the report, lab down (KEEP_LAB=1 keeps the lab)"
+	@echo "make test      deps, lint, then pytest tests (unit + integration; needs root)"
+	@echo "make deps      Debian packages (only missing ones) and the .venv from pyproject.toml"
+	@echo "make lint      ruff check . and ansible-lint --profile production"
+	@echo "make build     collection tarball in .build/ (via collection/build.sh)"
+	@echo "make lab-down  tear down the default lab"
+	@echo "make clean     remove .build and reports"
+
+deps: apt-deps $(VENV_STAMP)
+
+# Install only the Debian packages that are missing; no apt-get at all when none is.
+apt-deps:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed$$' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "deps: installing$$missing"; \
+		sudo=""; if [ "$$(id -u)" != 0 ]; then sudo="sudo"; fi; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+$(VENV_STAMP): | apt-deps
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "deps: need Python >= 3.11, $(PYTHON) is " + sys.version.split()[0])'
+	@if ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+		echo "deps: creating $(VENV) with $$(command -v $(PYTHON))"; \
+		rm -rf $(VENV); \
+		$(PYTHON) -m venv $(VENV); \
+	fi
+	@rm -f $(VENV)/.xdpfleet-deps-*
+	@# The project itself is not a Python package (packages = []): install its dependency lists directly,
+	@# which leaves no build/ or *.egg-info behind in the tree.
+	$(BIN)/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+		print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))' > $(VENV)/requirements.txt
+	$(BIN)/python -m pip install -q -r $(VENV)/requirements.txt
+	@touch $@
+
+lint: deps
+	$(BIN)/ruff check .
+	$(BIN)/ansible-lint --profile production
+
+build: deps
+	ANSIBLE_GALAXY=$(BIN)/ansible-galaxy $(CURDIR)/collection/build.sh --output-path $(BUILD_DIR)
+
+lab-down: deps
+	$(BIN)/ansible-playbook $(CURDIR)/playbooks/lab.yml -e lab_state=absent
+
+# pytest exits 5 when it collects nothing: that fails here like any other failure.
+test: deps lint
+	@rc=0; $(BIN)/python -m pytest $(CURDIR)/tests || rc=$$?; \
+	if [ "$$rc" = 5 ]; then echo "test: pytest collected no tests" >&2; fi; \
+	exit $$rc
+
+# The lab is torn down on exit, also after a failure or Ctrl-C, unless KEEP_LAB=1.
+demo: deps
+	@mkdir -p $(BUILD_DIR) $(REPORTS_DIR); \
+	if [ "$(KEEP_LAB)" != 1 ]; then \
+		trap 'echo "demo: tearing the lab down (KEEP_LAB=1 keeps it)"; \
+			$(BIN)/ansible-playbook $(CURDIR)/playbooks/lab.yml -e lab_state=absent >$(BUILD_DIR)/demo-lab-down.log 2>&1 \
+			|| echo "demo: lab teardown failed, see $(BUILD_DIR)/demo-lab-down.log" >&2' EXIT; \
+		trap 'exit 130' INT TERM; \
+	fi; \
+	start=$(BUILD_DIR)/demo.start; touch $$start; \
+	$(BIN)/ansible-playbook $(CURDIR)/playbooks/lab.yml; \
+	$(BIN)/ansible-playbook $(CURDIR)/site.yml; \
+	reports=$$(find $(REPORTS_DIR) -type f -newer $$start | sort); \
+	if [ -z "$$reports" ]; then echo "demo: site.yml wrote no report under $(REPORTS_DIR)" >&2; exit 1; fi; \
+	for f in $$reports; do case "$$f" in *.md|*.txt) echo; echo "==== $$f"; cat "$$f";; esac; done; \
+	echo; echo "demo: reports written:"; printf '  %s\n' $$reports
+
+clean:
+	rm -rf $(BUILD_DIR) $(REPORTS_DIR)
