@@ -148,7 +148,26 @@ def test_xdp_host_role_from_the_installed_collection(installed, tmp_path):
         "        xdp_host_install_packages: false\n"
         f"        xdp_host_state_dir: {state}\n"
     )
-    cmd = [BIN / "ansible-playbook", "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}", playbook]
+    # A private mount namespace with its own bpffs: the role finds bpffs mounted and the machine's stays untouched.
+    private_bpffs = [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        'mount -t bpf bpf /sys/fs/bpf && exec "$@"',
+        "-",
+    ]
+    cmd = [
+        *private_bpffs,
+        BIN / "ansible-playbook",
+        "-i",
+        "localhost,",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        playbook,
+    ]
 
     def recap(res):
         m = re.search(r"^localhost\s+:\s+ok=\d+\s+changed=(\d+).*failed=(\d+)", res.stdout, re.M)
