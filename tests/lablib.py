@@ -255,36 +255,19 @@ class Lab:
 
 
 def standard_topology() -> dict:
-    """The default inventory's topology (inventories/lab): hosts a (forwarding), b; endpoints e1, e2 routed via a;
-    links a:p1 - e1:eth0, a:p2 - e2:eth0, and a:p3 = b:p3 with 2 queues. Fresh dicts on every call."""
-    v4, v6 = "198.51.100.64/26", "2001:db8:64::/48"
-    return {
-        "hosts": [{"name": "a", "forwarding": True}, {"name": "b"}],
-        "endpoints": [
-            {"name": "e1", "routes": [{"to": v4, "via": "198.51.100.65"}, {"to": v6, "via": "2001:db8:64:1::1"}]},
-            {"name": "e2", "routes": [{"to": v4, "via": "198.51.100.69"}, {"to": v6, "via": "2001:db8:64:2::1"}]},
-        ],
-        "links": [
-            _link("a", "p1", ["198.51.100.65/30", "2001:db8:64:1::1/64"], "e1", "eth0",
-                  ["198.51.100.66/30", "2001:db8:64:1::2/64"]),
-            _link("a", "p2", ["198.51.100.69/30", "2001:db8:64:2::1/64"], "e2", "eth0",
-                  ["198.51.100.70/30", "2001:db8:64:2::2/64"]),
-            _link("a", "p3", ["198.51.100.73/30", "2001:db8:64:3::1/64"], "b", "p3",
-                  ["198.51.100.74/30", "2001:db8:64:3::2/64"], queues=2),
-        ],
-    }  # fmt: skip
-
-
-def _link(node_a, if_a, addr_a, node_b, if_b, addr_b, queues=None) -> dict:
-    link = {
-        "ends": [
-            {"node": node_a, "ifname": if_a, "addresses": addr_a},
-            {"node": node_b, "ifname": if_b, "addresses": addr_b},
-        ]
-    }
-    if queues:
-        link["queues"] = queues
-    return link
+    """The default inventory's topology (inventories/lab), read from its files so tests and demo never drift apart:
+    hosts with their forwarding and routes (management addresses are assigned per lab), endpoints and links."""
+    hosts_yml = yaml.safe_load((DEFAULT_INVENTORY / "hosts.yml").read_text())
+    topology = yaml.safe_load((DEFAULT_INVENTORY / "group_vars" / "all" / "lab.yml").read_text())
+    hosts = []
+    for name, hostvars in hosts_yml["all"]["children"]["lab_hosts"]["hosts"].items():
+        host = {"name": name}
+        if hostvars.get("lab_forwarding"):
+            host["forwarding"] = True
+        if hostvars.get("lab_routes"):
+            host["routes"] = hostvars["lab_routes"]
+        hosts.append(host)
+    return {"hosts": hosts, "endpoints": topology["lab_endpoints"], "links": topology["lab_links"]}
 
 
 def _run(argv, check, input, timeout) -> subprocess.CompletedProcess:
