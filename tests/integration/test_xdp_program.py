@@ -1,0 +1,245 @@
+"""xdpfleet.fabric.xdp_program on lab hosts over real SSH: attach, idempotence, atomic replace under traffic,
+check mode and diff, mode change, foreign programs, bad input, teardown.
+
+In-host state is asserted out of band (nsenter into the host) by pin path and by interface, never by global BPF
+object ids or names: every lab host shares one kernel.
+"""
+
+import json
+import threading
+import time
+
+import pytest
+
+PLAYBOOK = "tests/integration/playbooks/xdp_program.yml"
+LINK_PIN = "/sys/fs/bpf/xdpfleet/{instance}/links/{ifname}"
+E2_V4 = "198.51.100.70"
+INSTANCES = ("counter", "other")
+
+
+def xdp_on(lab, host, ifname):
+    """(prog id, mode) of the XDP program on an interface, from `ip -d -j link` inside the host."""
+    link = json.loads(lab.host_exec(host, ["ip", "-d", "-j", "link", "show", ifname]).stdout)[0]
+    xdp = link.get("xdp")
+    if not xdp:
+        return None, "none"
+    mode = {1: "native", 2: "generic"}.get(xdp.get("mode"), str(xdp.get("mode")))
+    return xdp["prog"]["id"], mode
+
+
+def pinned_link_prog(lab, host, instance, ifname):
+    out = lab.host_exec(
+        host, ["bpftool", "-j", "link", "show", "pinned", LINK_PIN.format(instance=instance, ifname=ifname)]
+    )
+    return json.loads(out.stdout)["prog_id"]
+
+
+def run(lab, check=False, diff=False, **extra):
+    return lab.run_playbook(PLAYBOOK, extra_vars={"prepare": False, **extra}, check=check, diff=diff)
+
+
+def apply_result(result, host="a"):
+    return result.result(task="Apply the program instance", host=host)
+
+
+def remove_instances(lab):
+    removal = [
+        {"name": f"Remove {i}", "xdpfleet.fabric.xdp_program": {"name": i, "state": "absent"}} for i in INSTANCES
+    ]
+    result = lab.run_tasks(removal, hosts="a")
+    assert result.rc == 0, result
+
+
+@pytest.fixture(scope="module")
+def prepared(lab):
+    """Host a gets the collection's sources once (the xdp_host role); the tests then compile from them."""
+    result = lab.run_playbook(PLAYBOOK, extra_vars={"prepare": True, "state": "absent"})
+    assert result.rc == 0, result
+    return lab
+
+
+@pytest.fixture
+def clean(prepared):
+    """Every test starts and ends with no instance on a."""
+    remove_instances(prepared)
+    yield prepared
+    remove_instances(prepared)
+
+
+def test_attach_is_idempotent_and_recorded(clean):
+    lab = clean
+    first = run(lab)
+    assert first.rc == 0, first
+    assert apply_result(first)["changed"] is True
+    assert apply_result(first)["interfaces"]["p1"]["action"] == "attach"
+
+    prog_id, mode = xdp_on(lab, "a", "p1")
+    assert mode == "native"
+    assert pinned_link_prog(lab, "a", "counter", "p1") == prog_id
+    state = json.loads(lab.host_exec("a", ["cat", "/var/lib/xdpfleet/programs/counter.json"]).stdout)
+    assert state["interfaces"]["p1"]["link_pin"] == LINK_PIN.format(instance="counter", ifname="p1")
+    assert state["mode"] == "native" and state["tag"] == apply_result(first)["program"]["tag"]
+    # The pins and the state file are the host's own: b has none, and neither has the machine.
+    assert lab.host_exec("b", ["test", "-e", "/sys/fs/bpf/xdpfleet"], check=False).returncode != 0
+    assert lab.host_exec("b", ["test", "-e", "/var/lib/xdpfleet/programs/counter.json"], check=False).returncode != 0
+
+    second = run(lab)
+    assert second.rc == 0, second
+    assert second.changed() == 0, second
+    assert apply_result(second)["interfaces"]["p1"]["action"] == "unchanged"
+    assert apply_result(second)["program"]["id"] == prog_id
+    assert xdp_on(lab, "a", "p1") == (prog_id, "native")
+
+
+def test_check_mode_and_diff_change_nothing(clean):
+    lab = clean
+    assert run(lab).rc == 0
+    before = xdp_on(lab, "a", "p1")
+    checked = run(lab, check=True, diff=True, defines={"COUNTER_SLOT": 1})
+    assert checked.rc == 0, checked
+    result = apply_result(checked)
+    assert result["changed"] is True and result["interfaces"]["p1"]["action"] == "replace"
+    assert result["diff"]["before"].startswith("p1: xdp_count tag ")
+    assert result["diff"]["after"].startswith("p1: xdp_count tag ")
+    assert result["diff"]["before"] != result["diff"]["after"]
+    assert "--- before: xdp_program counter" in checked.stdout  # shown to the user with --diff
+    assert xdp_on(lab, "a", "p1") == before
+
+
+def test_constants_are_part_of_idempotence(clean):
+    lab = clean
+    assert run(lab, constants={"count_only_proto": 17}).rc == 0
+    again = run(lab, constants={"count_only_proto": 17})
+    assert again.changed() == 0, again
+    # Same code, so the same tag: only the .rodata contents differ, and that is a change.
+    changed = run(lab, constants={"count_only_proto": 6})
+    assert apply_result(changed)["interfaces"]["p1"]["action"] == "replace"
+    bad = run(lab, constants={"count_only_proto": 2**40})
+    assert bad.rc != 0
+    assert "constants.count_only_proto: 1099511627776 does not fit a 4-byte unsigned integer" in bad.messages()
+
+
+def udp_sender(lab, count, rate):
+    """Send `count` UDP datagrams from e1 to e2 (through a:p1) at about `rate` per second; returns sent."""
+    script = (
+        "import socket, sys, time\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        f"n, gap, sent = {count}, 1.0 / {rate}, 0\n"
+        "start = time.monotonic()\n"
+        "for i in range(n):\n"
+        "    delay = start + i * gap - time.monotonic()\n"
+        "    if delay > 0:\n"
+        "        time.sleep(delay)\n"
+        f"    sent += s.sendto(b'x' * 64, ('{E2_V4}', 9)) == 64\n"
+        "print(sent)\n"
+    )
+    import sys
+
+    return lab.endpoint_exec("e1", [sys.executable, "-c", script], timeout=120)
+
+
+def test_replace_under_traffic_counts_every_packet(clean):
+    """v1 counts into slot 0, v2 into slot 1; swapped through the pinned link mid-stream: 0 + 1 == sent."""
+    lab = clean
+    assert run(lab, constants={"count_only_proto": 17}).rc == 0
+    lab.endpoint_exec("e1", ["ping", "-c", "1", "-W", "2", E2_V4])  # resolve neighbours before counting
+    out = {}
+    sender = threading.Thread(target=lambda: out.update(proc=udp_sender(lab, count=30000, rate=3000)))
+    sender.start()
+    time.sleep(2)
+    replaced = run(lab, constants={"count_only_proto": 17}, defines={"COUNTER_SLOT": 1})
+    sender.join()
+    assert replaced.rc == 0, replaced
+    assert apply_result(replaced)["interfaces"]["p1"]["action"] == "replace"
+    sent = int(out["proc"].stdout)
+    assert sent == 30000
+    read = run(lab, read_counters=True, constants={"count_only_proto": 17}, defines={"COUNTER_SLOT": 1})
+    entries = {e["key"]: e["value"]["packets"] for e in read.result(task="Read the counters", host="a")["entries"]}
+    assert entries[0] > 0, "the old program counted nothing: the replace came before the traffic"
+    assert entries[1] > 0, "the new program counted nothing: the replace came after the traffic"
+    assert entries[0] + entries[1] == sent, entries
+
+
+def test_mode_change_and_interface_set_change(clean):
+    lab = clean
+    assert run(lab, interfaces=["p1", "p2"]).rc == 0
+    assert xdp_on(lab, "a", "p2")[1] == "native"
+    moved = run(lab, interfaces=["p1"], mode="generic")
+    assert moved.rc == 0, moved
+    actions = {k: v["action"] for k, v in apply_result(moved)["interfaces"].items()}
+    assert actions == {"p1": "reattach", "p2": "detach"}
+    assert xdp_on(lab, "a", "p1")[1] == "generic"
+    assert xdp_on(lab, "a", "p2") == (None, "none")
+    assert lab.host_exec("a", ["test", "-e", LINK_PIN.format(instance="counter", ifname="p2")], check=False).returncode
+    assert run(lab, interfaces=["p1"], mode="generic").changed() == 0
+
+
+def test_foreign_program_needs_an_explicit_decision(clean):
+    lab = clean
+    prepared = run(lab, instance="other", interfaces=["p2"])  # compiles the counter on the host
+    assert prepared.rc == 0
+    obj = apply_result(prepared)["object"]
+    run(lab, instance="other", state="absent")
+    lab.host_exec("a", ["ip", "link", "set", "dev", "p2", "xdpgeneric", "obj", obj, "sec", "xdp"])
+    try:
+        foreign_id, _ = xdp_on(lab, "a", "p2")
+        refused = run(lab, interfaces=["p2"])
+        assert refused.rc != 0
+        assert "interfaces: p2 already runs XDP program xdp_count" in refused.messages()
+        assert "replace_foreign: true" in refused.messages()
+        assert xdp_on(lab, "a", "p2") == (foreign_id, "generic")
+        taken = run(lab, interfaces=["p2"], replace_foreign=True)
+        assert taken.rc == 0, taken
+        assert apply_result(taken)["interfaces"]["p2"]["action"] == "takeover"
+        assert pinned_link_prog(lab, "a", "counter", "p2") == xdp_on(lab, "a", "p2")[0]
+    finally:
+        lab.host_exec("a", ["ip", "link", "set", "dev", "p2", "xdpgeneric", "off"], check=False)
+
+
+BROKEN_C = "int nonsense(void) { return not_declared; }\n"
+UNVERIFIABLE_C = (
+    "#include <linux/bpf.h>\n#include <bpf/bpf_helpers.h>\n"
+    'SEC("xdp") int xdp_oob(struct xdp_md *ctx) { return ((unsigned char *)(long)ctx->data)[40]; }\n'
+    'char LICENSE[] SEC("license") = "GPL";\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"interfaces": ["p1", "nope0"]}, "interfaces: no such interface on this host: nope0"),
+        ({"source": "/var/lib/xdpfleet/src/broken.c"}, "use of undeclared identifier 'not_declared'"),
+        ({"source": "/var/lib/xdpfleet/src/unverifiable.c"}, "invalid access to packet"),
+        ({"source": "/var/lib/xdpfleet/src/missing.c"}, "source /var/lib/xdpfleet/src/missing.c: no such file"),
+        ({"instance": "bad/name"}, "name: 'bad/name' must be 1-64 letters"),
+        ({"constants": {"no_such_knob": 1}}, "constants.no_such_knob: the object has no .rodata variable"),
+    ],
+)
+def test_bad_input_fails_and_leaves_the_interface_as_it_was(clean, extra, message):
+    lab = clean
+    assert run(lab).rc == 0
+    lab.host_exec("a", ["tee", "/var/lib/xdpfleet/src/broken.c"], input=BROKEN_C)
+    lab.host_exec("a", ["tee", "/var/lib/xdpfleet/src/unverifiable.c"], input=UNVERIFIABLE_C)
+    before = xdp_on(lab, "a", "p1")
+    pins_before = lab.host_exec("a", ["find", "/sys/fs/bpf/xdpfleet"]).stdout
+    failed = run(lab, **extra)
+    assert failed.rc != 0
+    assert message in failed.messages(), failed.messages()
+    assert xdp_on(lab, "a", "p1") == before
+    assert lab.host_exec("a", ["find", "/sys/fs/bpf/xdpfleet"]).stdout == pins_before
+
+
+def test_absent_removes_everything_and_is_idempotent(clean):
+    lab = clean
+    assert run(lab, interfaces=["p1", "p2"]).rc == 0
+    checked = run(lab, state="absent", check=True)
+    assert apply_result(checked)["changed"] is True
+    assert xdp_on(lab, "a", "p1")[1] == "native", "check mode detached"
+    gone = run(lab, state="absent", diff=True)
+    assert gone.rc == 0 and apply_result(gone)["changed"] is True
+    assert "- p1: xdp_count tag" in apply_result(gone)["diff"]["before"]
+    assert xdp_on(lab, "a", "p1") == (None, "none") and xdp_on(lab, "a", "p2") == (None, "none")
+    assert lab.host_exec("a", ["test", "-e", "/sys/fs/bpf/xdpfleet"], check=False).returncode != 0
+    assert lab.host_exec("a", ["test", "-e", "/var/lib/xdpfleet/programs/counter.json"], check=False).returncode != 0
+    again = run(lab, state="absent")
+    assert again.rc == 0 and again.changed() == 0
