@@ -23,7 +23,7 @@ import socket
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import set_rodata
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import MapLayout, set_rodata
 
 PIN_ROOT = "/sys/fs/bpf/xdpfleet"
 STATE_DIR = "/var/lib/xdpfleet"
@@ -204,13 +204,23 @@ def compatible(pinned: libbpf.MapInfo, wanted: libbpf.ObjectMap) -> bool:
 class Instance:
     """Desired state of one instance, its loaded object, and the plan to get there."""
 
-    def __init__(self, paths: InstancePaths, object_path: str, program: str | None, mode: str, constants: dict):
+    def __init__(
+        self,
+        paths: InstancePaths,
+        object_path: str,
+        program: str | None,
+        mode: str,
+        constants: dict,
+        layouts: tuple[MapLayout, ...] = (),
+    ):
         self.paths = paths
         self.mode = mode
         self.constants = constants
         self.obj = libbpf.BpfObject(object_path)
         self.running: list[Running] = []
         try:
+            for layout in layouts:  # before load: a C struct that Python does not follow never gets written
+                layout.check_object(self.obj)
             self.program = self.obj.program(program)
             self.rodata = set_rodata(self.obj, constants)
             self.new_maps = self._reuse_pinned_maps()

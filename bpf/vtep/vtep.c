@@ -1,0 +1,521 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * VXLAN VTEP in XDP: BUM replication with devmap broadcast and per-copy rewrite in a devmap egress program.
+ *
+ * vtep_ingress runs on every VTEP port. It classifies a frame into a VNI (access port: the port's VNI; trunk:
+ * (port, VID); tunnel: the VXLAN header, after admission), writes a struct command for the copies, and
+ * broadcasts the frame through the VNI's devmap: vni_flood (every member) for local frames, vni_local (access
+ * and trunk members only: split horizon) for decapsulated ones.
+ *
+ * vtep_egress runs once per copy, on every devmap entry. Access copies leave as they came; trunk copies only
+ * with the VNI's VID; tunnel copies get the 50-byte Outer. One uplink carries many peers: the kernel runs the
+ * first queued frame's egress program for every frame queued to a device (kernel/bpf/devmap.c, bq_enqueue), so
+ * the peer cannot come from the entry. Instead ingress stamps a per-CPU frame number into the command and
+ * egress numbers the copies of each frame per device (copy_state): copy n goes to tunnel_peers[vni, port, n].
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "xdpfleet_parse.h"
+#include "xdpfleet_csum.h"
+#include "vtep.h"
+
+#define VXLAN_FLAG_VNI bpf_htonl(0x08000000)
+#define OUTER_TTL 64
+
+struct vxlanhdr {
+	__be32 flags;
+	__be32 vni; /* VNI in the upper 24 bits */
+};
+
+struct outer_hdr {
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct udphdr udp;
+	struct vxlanhdr vxlan;
+} __attribute__((packed));
+
+_Static_assert(sizeof(struct outer_hdr) == VXLAN_OVERHEAD, "outer header is 50 bytes");
+
+/* header_cache[{vni, inner_len}]: the Outer of a tunnel copy, but for the fields that differ per copy (MACs,
+ * IP addresses, UDP source port), with the checksum of the fixed IPv4 fields; per CPU, least recently used. */
+struct template_key {
+	__u32 vni;
+	__u32 inner_len;
+};
+
+struct outer_template {
+	struct outer_hdr hdr;
+	__u16 pad;
+	__u32 ip_csum_partial; /* unfolded sum of the IPv4 header without addresses and checksum */
+};
+
+/* Keyed by member: a local port's ifindex, or peer_member_key() for a remote peer. Sizes, not BTF types:
+ * libbpf cannot size the union inside struct bpf_devmap_val from BTF. */
+struct member_group {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, VTEP_MAX_MEMBERS);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct bpf_devmap_val));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, VTEP_MAX_VNIS);
+	__type(key, __u32);
+	__array(values, struct member_group);
+} vni_flood SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, VTEP_MAX_VNIS);
+	__type(key, __u32);
+	__array(values, struct member_group);
+} vni_local SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, VTEP_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct port_config);
+} port_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, VTEP_MAX_PORTS * 64);
+	__type(key, struct vlan_key);
+	__type(value, __u32);
+} vlan_bindings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, VTEP_MAX_PORTS * 64);
+	__type(key, struct port_vni_key);
+	__type(value, struct port_vni);
+} port_vnis SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, VTEP_MAX_VNIS * 16);
+	__type(key, struct peer_key);
+	__type(value, struct peer);
+} tunnel_peers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, VTEP_MAX_VNIS * 16);
+	__type(key, struct peer_addr_key);
+	__type(value, __u32);
+} peer_admission SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, VTEP_MAX_VNIS);
+	__type(key, __u32);
+	__type(value, struct traffic_stats);
+} vni_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, VTEP_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct traffic_stats);
+} port_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, VTEP_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct copy_state);
+} copy_state SEC(".maps");
+
+/* The last command of this CPU: egress reads it where it gets no metadata (generic mode), which is safe there
+ * because generic XDP runs the egress programs of a frame's copies before the next frame's ingress. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct command);
+} current_command SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct template_key);
+	__type(value, struct outer_template);
+} header_cache SEC(".maps");
+
+static struct traffic_stats zero_stats;
+
+static __always_inline struct traffic_stats *stats_of(void *map, __u32 key)
+{
+	struct traffic_stats *s = bpf_map_lookup_elem(map, &key);
+
+	if (s)
+		return s;
+	bpf_map_update_elem(map, &key, &zero_stats, BPF_NOEXIST);
+	return bpf_map_lookup_elem(map, &key);
+}
+
+static __always_inline void count_rx(void *map, __u32 key, __u64 bytes)
+{
+	struct traffic_stats *s = stats_of(map, key);
+
+	if (s) {
+		s->rx_packets++;
+		s->rx_bytes += bytes;
+	}
+}
+
+static __always_inline void count_tx(void *map, __u32 key, __u64 bytes)
+{
+	struct traffic_stats *s = stats_of(map, key);
+
+	if (s) {
+		s->tx_packets++;
+		s->tx_bytes += bytes;
+	}
+}
+
+/* Count a drop on the port and, when known (non-zero), on the VNI; returns XDP_DROP. */
+static __always_inline int drop(__u32 ifindex, __u32 vni, enum drop_reason reason)
+{
+	struct traffic_stats *s;
+
+	if (reason >= DROP_REASONS)
+		return XDP_DROP;
+	s = stats_of(&port_stats, ifindex);
+	if (s)
+		s->drops[reason]++;
+	if (vni) {
+		s = stats_of(&vni_stats, vni);
+		if (s)
+			s->drops[reason]++;
+	}
+	return XDP_DROP;
+}
+
+static __always_inline __u32 mix(__u32 h, __u32 v)
+{
+	h ^= v;
+	h *= 0x9e3779b1;
+	return h ^ (h >> 15);
+}
+
+/* A hash of the Inner flow (MACs, and the IP addresses, protocol and ports where there are some): stable within
+ * a flow, so the outer UDP source port keeps a flow on one underlay path. */
+static __always_inline __u32 inner_flow_hash(void *data, void *data_end)
+{
+	struct xf_cursor c = { .pos = data };
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	__u32 h = 0x7674;
+	int proto;
+
+	proto = xf_parse_ethhdr(&c, data_end, &eth, NULL);
+	if (proto < 0)
+		return h;
+	h = mix(h, *(__u32 *)eth->h_dest);
+	h = mix(h, *(__u32 *)eth->h_source);
+	if (proto != bpf_htons(ETH_P_IP) || xf_parse_iphdr(&c, data_end, &ip) < 0)
+		return mix(h, proto);
+	h = mix(h, ip->saddr);
+	h = mix(h, ip->daddr);
+	h = mix(h, ip->protocol);
+	if ((ip->protocol == IPPROTO_UDP || ip->protocol == IPPROTO_TCP) && c.pos + 4 <= data_end)
+		h = mix(h, *(__u32 *)c.pos); /* both ports */
+	return h;
+}
+
+/* Classify a frame from a VLAN-aware port: only one 802.1Q tag with a bound VID; PCP and DEI stay untouched. */
+static __always_inline int trunk_vni(void *data, void *data_end, __u32 ifindex, __u32 *vni)
+{
+	struct ethhdr *eth = data;
+	struct xf_vlan_hdr *tag = (void *)(eth + 1);
+	struct vlan_key key = { .ifindex = ifindex };
+	__u32 *bound;
+
+	if ((void *)(eth + 1) > data_end)
+		return DROP_MALFORMED;
+	if (eth->h_proto == bpf_htons(ETH_P_8021AD))
+		return DROP_QINQ;
+	if (eth->h_proto != bpf_htons(ETH_P_8021Q))
+		return DROP_UNTAGGED;
+	if ((void *)(tag + 1) > data_end)
+		return DROP_MALFORMED;
+	if (xf_proto_is_vlan(tag->encap_proto))
+		return DROP_QINQ;
+	key.vid = bpf_ntohs(tag->tci) & XF_VLAN_VID_MASK;
+	if (key.vid == 0 || key.vid == 4095)
+		return DROP_VID_RESERVED;
+	bound = bpf_map_lookup_elem(&vlan_bindings, &key);
+	if (!bound)
+		return DROP_VID_UNKNOWN;
+	*vni = *bound;
+	return -1;
+}
+
+/* Hand the frame to every member of the VNI's group, with the command for their egress programs. */
+static __always_inline int replicate(struct xdp_md *ctx, void *groups, __u32 vni, __u32 ifindex, __u16 flags)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 zero = 0, inner_len = data_end - data;
+	struct command *cmd, *current;
+	void *group, *meta;
+
+	group = bpf_map_lookup_elem(groups, &vni);
+	if (!group)
+		return drop(ifindex, vni, DROP_NO_GROUP);
+	current = bpf_map_lookup_elem(&current_command, &zero);
+	if (!current)
+		return XDP_ABORTED;
+	count_rx(&vni_stats, vni, inner_len);
+
+	current->magic = VTEP_COMMAND_MAGIC;
+	current->vni = vni;
+	current->seq++;
+	current->flow_hash = inner_flow_hash(data, data_end);
+	current->ingress_ifindex = ifindex;
+	current->inner_len = inner_len;
+	current->flags = flags;
+
+	/* Native mode carries the command with the frame; generic mode gives egress no metadata (current_command). */
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*cmd)) == 0) {
+		meta = (void *)(long)ctx->data_meta;
+		cmd = meta;
+		if ((void *)(cmd + 1) <= (void *)(long)ctx->data)
+			__builtin_memcpy(cmd, current, sizeof(*cmd));
+	}
+	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
+}
+
+/* VXLAN on a tunnel port: admit, decapsulate, replicate to local members only. Anything else is the host's. */
+static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config *port, __u32 ifindex)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct xf_cursor c = { .pos = data };
+	struct port_vni_key member = { .ifindex = ifindex };
+	struct peer_addr_key sender;
+	struct vxlanhdr *vxh;
+	struct ethhdr *eth;
+	struct udphdr *udp;
+	struct iphdr *ip;
+	int outer_len;
+
+	if (xf_parse_ethhdr(&c, data_end, &eth, NULL) != bpf_htons(ETH_P_IP))
+		return XDP_PASS;
+	if (xf_parse_iphdr(&c, data_end, &ip) != IPPROTO_UDP || ip->daddr != port->local_ip)
+		return XDP_PASS;
+	if (ip->frag_off & bpf_htons(0x3fff)) /* fragments are reassembled by the host, not here */
+		return XDP_PASS;
+	if (xf_parse_udphdr(&c, data_end, &udp) < 0 || udp->dest != bpf_htons(VXLAN_PORT))
+		return XDP_PASS;
+	vxh = c.pos;
+	if ((void *)(vxh + 1) > data_end || !(vxh->flags & VXLAN_FLAG_VNI))
+		return drop(ifindex, 0, DROP_MALFORMED);
+
+	member.vni = bpf_ntohl(vxh->vni) >> 8;
+	if (!bpf_map_lookup_elem(&port_vnis, &member))
+		return drop(ifindex, member.vni, DROP_NOT_ADMITTED);
+	sender.vni = member.vni;
+	sender.addr = ip->saddr;
+	if (!bpf_map_lookup_elem(&peer_admission, &sender))
+		return drop(ifindex, member.vni, DROP_NOT_PEER);
+
+	outer_len = (void *)(vxh + 1) - data;
+	if (bpf_xdp_adjust_head(ctx, outer_len))
+		return drop(ifindex, member.vni, DROP_MALFORMED);
+	return replicate(ctx, &vni_local, member.vni, ifindex, COMMAND_FROM_TUNNEL);
+}
+
+SEC("xdp")
+int vtep_ingress(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 ifindex = ctx->ingress_ifindex;
+	struct port_config *port;
+	__u32 vni = 0;
+	int reason;
+
+	port = bpf_map_lookup_elem(&port_config, &ifindex);
+	if (!port)
+		return XDP_PASS;
+	count_rx(&port_stats, ifindex, data_end - data);
+
+	switch (port->kind) {
+	case PORT_TUNNEL:
+		return tunnel_ingress(ctx, port, ifindex);
+	case PORT_ACCESS:
+		vni = port->vni;
+		break;
+	case PORT_TRUNK:
+		reason = trunk_vni(data, data_end, ifindex, &vni);
+		if (reason >= 0)
+			return drop(ifindex, 0, reason);
+		break;
+	default:
+		return XDP_PASS;
+	}
+	return replicate(ctx, &vni_flood, vni, ifindex, 0);
+}
+
+/* The command of this copy: from the metadata, which is then removed so no receiver sees it, or else from
+ * current_command. */
+static __always_inline int take_command(struct xdp_md *ctx, struct command *cmd)
+{
+	void *meta = (void *)(long)ctx->data_meta;
+	void *data = (void *)(long)ctx->data;
+	struct command *found;
+	__u32 zero = 0;
+
+	if (meta + sizeof(*cmd) <= data) {
+		__builtin_memcpy(cmd, meta, sizeof(*cmd));
+		bpf_xdp_adjust_meta(ctx, (int)sizeof(*cmd));
+	} else {
+		found = bpf_map_lookup_elem(&current_command, &zero);
+		if (!found)
+			return -1;
+		__builtin_memcpy(cmd, found, sizeof(*cmd));
+	}
+	return cmd->magic == VTEP_COMMAND_MAGIC ? 0 : -1;
+}
+
+/* Number this copy among the copies of its frame on this device. */
+static __always_inline __u32 copy_number(__u32 ifindex, __u32 seq)
+{
+	struct copy_state fresh = { .seq = seq, .next_copy = 1 };
+	struct copy_state *state = bpf_map_lookup_elem(&copy_state, &ifindex);
+
+	if (!state) {
+		bpf_map_update_elem(&copy_state, &ifindex, &fresh, BPF_ANY);
+		return 0;
+	}
+	if (state->seq != seq) {
+		state->seq = seq;
+		state->next_copy = 0;
+	}
+	return state->next_copy++;
+}
+
+static __always_inline struct outer_template *outer_template(__u32 vni, __u32 inner_len)
+{
+	struct template_key key = { .vni = vni, .inner_len = inner_len };
+	struct outer_template *t = bpf_map_lookup_elem(&header_cache, &key);
+	struct outer_template fresh = {};
+	__u16 *w = (__u16 *)((void *)&fresh.hdr + sizeof(struct ethhdr));
+
+	/* An element that another CPU created is all zeros in this CPU's slot: build it here too. */
+	if (t && t->hdr.eth.h_proto)
+		return t;
+	fresh.hdr.eth.h_proto = bpf_htons(ETH_P_IP);
+	fresh.hdr.ip.version = 4;
+	fresh.hdr.ip.ihl = 5;
+	fresh.hdr.ip.ttl = OUTER_TTL;
+	fresh.hdr.ip.protocol = IPPROTO_UDP;
+	fresh.hdr.ip.frag_off = bpf_htons(0x4000); /* DF: the underlay MTU was checked, never fragment */
+	fresh.hdr.ip.tot_len = bpf_htons(inner_len + VXLAN_OVERHEAD - sizeof(struct ethhdr));
+	fresh.hdr.udp.dest = bpf_htons(VXLAN_PORT);
+	fresh.hdr.udp.len = bpf_htons(inner_len + sizeof(struct udphdr) + sizeof(struct vxlanhdr));
+	fresh.hdr.vxlan.flags = VXLAN_FLAG_VNI;
+	fresh.hdr.vxlan.vni = bpf_htonl(vni << 8);
+	fresh.ip_csum_partial = (__u32)w[0] + w[1] + w[2] + w[3] + w[4];
+	bpf_map_update_elem(&header_cache, &key, &fresh, BPF_ANY);
+	return bpf_map_lookup_elem(&header_cache, &key);
+}
+
+static __always_inline int encapsulate(struct xdp_md *ctx, struct port_config *port, struct peer *peer,
+				       struct command *cmd)
+{
+	struct outer_template *t = outer_template(cmd->vni, cmd->inner_len);
+	struct outer_hdr *outer;
+	void *data, *data_end;
+	__u32 sum;
+
+	if (!t)
+		return -1;
+	if (bpf_xdp_adjust_head(ctx, -VXLAN_OVERHEAD))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	outer = data;
+	if ((void *)(outer + 1) > data_end)
+		return -1;
+	__builtin_memcpy(outer, &t->hdr, sizeof(*outer));
+	__builtin_memcpy(outer->eth.h_dest, peer->mac, ETH_ALEN);
+	__builtin_memcpy(outer->eth.h_source, port->mac, ETH_ALEN);
+	outer->ip.saddr = port->local_ip;
+	outer->ip.daddr = peer->remote_ip;
+	sum = t->ip_csum_partial + (port->local_ip & 0xffff) + (port->local_ip >> 16) + (peer->remote_ip & 0xffff) +
+	      (peer->remote_ip >> 16);
+	outer->ip.check = xf_csum_fold(sum);
+	/* RFC 7348: a source port from the Inner flow, in the dynamic range 49152-65535. */
+	outer->udp.source = bpf_htons(49152 | (cmd->flow_hash & 0x3fff));
+	return 0;
+}
+
+SEC("xdp/devmap")
+int vtep_egress(struct xdp_md *ctx)
+{
+	__u32 ifindex = ctx->egress_ifindex;
+	struct port_vni_key member = { .ifindex = ifindex };
+	struct peer_key which = { .ifindex = ifindex };
+	struct xf_vlan_hdr *tag;
+	struct port_config *port;
+	struct port_vni *binding;
+	struct ethhdr *eth;
+	struct command cmd;
+	struct peer *peer;
+	void *data, *data_end;
+
+	if (take_command(ctx, &cmd))
+		return drop(ifindex, 0, DROP_BAD_COMMAND);
+	port = bpf_map_lookup_elem(&port_config, &ifindex);
+	if (!port)
+		return drop(ifindex, cmd.vni, DROP_NOT_MEMBER);
+	member.vni = cmd.vni;
+
+	switch (port->kind) {
+	case PORT_ACCESS:
+		if (!bpf_map_lookup_elem(&port_vnis, &member))
+			return drop(ifindex, cmd.vni, DROP_NOT_MEMBER);
+		break;
+	case PORT_TRUNK:
+		binding = bpf_map_lookup_elem(&port_vnis, &member);
+		if (!binding)
+			return drop(ifindex, cmd.vni, DROP_NOT_MEMBER);
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		eth = data;
+		tag = (void *)(eth + 1);
+		if ((void *)(tag + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_8021Q) ||
+		    (bpf_ntohs(tag->tci) & XF_VLAN_VID_MASK) != binding->vid)
+			return drop(ifindex, cmd.vni, DROP_VID_MISMATCH);
+		break;
+	case PORT_TUNNEL:
+		if (cmd.flags & COMMAND_FROM_TUNNEL)
+			return drop(ifindex, cmd.vni, DROP_SPLIT_HORIZON);
+		which.vni = cmd.vni;
+		which.copy = copy_number(ifindex, cmd.seq);
+		peer = bpf_map_lookup_elem(&tunnel_peers, &which);
+		if (!peer)
+			return drop(ifindex, cmd.vni, DROP_NO_PEER);
+		if (cmd.inner_len + VXLAN_OVERHEAD - sizeof(struct ethhdr) > port->mtu)
+			return drop(ifindex, cmd.vni, DROP_MTU);
+		if (encapsulate(ctx, port, peer, &cmd))
+			return drop(ifindex, cmd.vni, DROP_MALFORMED);
+		break;
+	default:
+		return drop(ifindex, cmd.vni, DROP_NOT_MEMBER);
+	}
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	count_tx(&port_stats, ifindex, data_end - data);
+	count_tx(&vni_stats, cmd.vni, data_end - data);
+	return XDP_PASS;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * VXLAN VTEP in XDP: the map keys and values shared by the programs and by user space.
+ *
+ * Python declares the same layouts once, in plugins/module_utils/vtep_maps.py, and checks them against this
+ * object's BTF at load: a change here that Python does not follow fails the load, it never writes wrong bytes.
+ */
+#ifndef XDPFLEET_VTEP_H
+#define XDPFLEET_VTEP_H
+
+#include <linux/types.h>
+
+#define VXLAN_PORT 4789
+#define VXLAN_OVERHEAD 50 /* outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 */
+#define VTEP_MAX_PORTS 256
+#define VTEP_MAX_VNIS 4096
+#define VTEP_MAX_MEMBERS 256 /* devmap entries per VNI: local ports plus remote peers */
+
+enum port_kind {
+	PORT_NONE = 0,
+	PORT_ACCESS = 1, /* fixed VNI: every frame belongs to port_config.vni, tags pass untouched */
+	PORT_TRUNK = 2,  /* VLAN-aware: (ifindex, VID) selects the VNI; only single 802.1Q tags */
+	PORT_TUNNEL = 3, /* VXLAN underlay: decap on ingress, encap per peer on egress */
+};
+
+/* port_config[ifindex] */
+struct port_config {
+	__u32 kind;     /* enum port_kind */
+	__u32 vni;      /* PORT_ACCESS: the port's VNI */
+	__be32 local_ip; /* PORT_TUNNEL: outer source address */
+	__u16 mtu;      /* the interface's MTU: tunnel copies longer than this are dropped */
+	__u8 mac[6];    /* PORT_TUNNEL: outer source MAC */
+};
+
+/* vlan_bindings[{ifindex, vid}] = vni */
+struct vlan_key {
+	__u32 ifindex;
+	__u16 vid;
+	__u16 pad;
+};
+
+/* port_vnis[{vni, ifindex}]: a port's membership in a VNI. Egress lets a local copy leave a port only when the
+ * port is a member of the copy's VNI, and on a trunk only with the VID bound to that VNI; ingress accepts VXLAN
+ * on a tunnel port only for the VNIs it is a member of. */
+struct port_vni_key {
+	__u32 vni;
+	__u32 ifindex;
+};
+
+struct port_vni {
+	__u16 vid; /* trunk: the VID of this VNI on the port; access: 0 */
+	__u16 pad;
+};
+
+/* tunnel_peers[{vni, ifindex, copy}]: the remote VTEP that the copy-th copy of a frame on this tunnel port gets.
+ * A devmap entry per peer makes the copies; all entries of a port run the same egress program, so a copy's
+ * peer comes from its position among the frame's copies (see copy_state), not from which entry made it. */
+struct peer_key {
+	__u32 vni;
+	__u32 ifindex;
+	__u32 copy;
+};
+
+struct peer {
+	__be32 remote_ip;
+	__u8 mac[6]; /* next hop */
+	__u16 pad;
+};
+
+/* peer_admission[{vni, remote_ip}] = 1: VXLAN for a VNI is accepted only from a configured peer of it, and only on
+ * a tunnel port that is a member of the VNI (port_vnis). */
+struct peer_addr_key {
+	__u32 vni;
+	__be32 addr;
+};
+
+/* The command that ingress hands to the egress program of every copy: in the frame's metadata (native mode)
+ * or, where the kernel gives egress no metadata (generic mode), in the per-CPU map current_command. */
+#define VTEP_COMMAND_MAGIC 0x76746570 /* "vtep" */
+#define COMMAND_FROM_TUNNEL 0x1       /* decapsulated: never back into a tunnel (split horizon) */
+
+struct command {
+	__u32 magic;
+	__u32 vni;
+	__u32 seq;       /* per-CPU frame number: numbers the copies of one frame on a tunnel port */
+	__u32 flow_hash; /* of the Inner flow: the outer UDP source port */
+	__u32 ingress_ifindex;
+	__u16 inner_len;
+	__u16 flags;
+	__u32 reserved[2];
+};
+
+/* Drop reasons, counted per port and, where the VNI is known, per VNI. */
+enum drop_reason {
+	DROP_MALFORMED = 0,      /* truncated Ethernet, IP or VXLAN header */
+	DROP_UNTAGGED = 1,       /* trunk: no 802.1Q tag */
+	DROP_VID_RESERVED = 2,   /* trunk: VID 0 or 4095 */
+	DROP_VID_UNKNOWN = 3,    /* trunk: no binding for (port, VID) */
+	DROP_QINQ = 4,           /* trunk: 802.1ad outer tag, or a second tag */
+	DROP_NOT_ADMITTED = 5,   /* tunnel: VNI not admitted on this port */
+	DROP_NOT_PEER = 6,       /* tunnel: outer source is not a peer of the VNI */
+	DROP_NO_GROUP = 7,       /* no replication group for the VNI */
+	DROP_VID_MISMATCH = 8,   /* egress: trunk copy without the VNI's VID */
+	DROP_MTU = 9,            /* egress: the encapsulated copy exceeds the tunnel port's MTU */
+	DROP_NO_PEER = 10,       /* egress: more copies than peers on the port (during an update) */
+	DROP_NOT_MEMBER = 11,    /* egress: port is not a member of the copy's VNI */
+	DROP_BAD_COMMAND = 12,   /* egress: no valid command */
+	DROP_SPLIT_HORIZON = 13, /* egress: a decapsulated frame towards a tunnel */
+	DROP_REASONS = 14,
+};
+
+struct traffic_stats {
+	__u64 rx_packets;
+	__u64 rx_bytes;
+	__u64 tx_packets; /* copies sent */
+	__u64 tx_bytes;
+	__u64 drops[DROP_REASONS];
+};
+
+/* copy_state[egress ifindex], per CPU: the frame whose copies are being numbered and the next copy number. */
+struct copy_state {
+	__u32 seq;
+	__u32 next_copy;
+};
+
+#endif

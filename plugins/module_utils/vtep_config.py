@@ -1,0 +1,653 @@
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+"""The VTEP configuration document: its JSON Schema, the checks a schema cannot express, and the validated model.
+
+One document per host. Tunnel ports carry VXLAN; each VNI lists its local members (fixed-VNI access ports, or
+VLAN-aware trunk bindings) and its remote peers:
+
+    tunnel_ports:
+      - {port: uplink0, local_ip: 198.51.100.129}
+    vnis:
+      - vni: 100
+        access_ports: [acc100]
+        trunks: [{port: trunk0, vid: 10}]      # not together with access_ports (one VNI, one kind)
+        peers:
+          - {ip: 198.51.100.130, via: uplink0}  # next-hop MAC from the neighbour table
+          - {ip: 198.51.100.134, via: uplink0, mac: "02:00:00:00:01:34"}
+
+validate() returns a VtepConfig or raises ConfigError with every problem found, each naming the field
+(a JSON path such as vnis[0].trunks[1].vid) and the rule it breaks. It runs in two passes: the JSON Schema
+(shape, types, ranges, unknown keys), then, only when the shape is right, the rules a schema cannot express
+(duplicates, one role per port, the seed's one-kind-per-VNI and one-VID-per-VNI rules, peers, interfaces that
+exist, MTU, data plane limits). validate() does no I/O: the caller gathers the host's InterfaceFacts.
+
+The underlay is IPv4 only (the data plane writes a 50-byte Ethernet/IPv4/UDP/VXLAN outer header); IPv6 tunnel
+addresses are rejected with a message saying so.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# Data plane limits and sizes: keep equal to bpf/vtep/vtep.h (tests/unit/test_vtep_config.py compares them).
+VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
+VLAN_TAG_LEN = 4
+VTEP_MAX_PORTS = 256
+VTEP_MAX_VNIS = 4096
+VTEP_MAX_MEMBERS = 256  # devmap entries per VNI: local ports plus remote peers
+
+VNI_MIN, VNI_MAX = 1, 16777215
+VID_MIN, VID_MAX = 1, 4094
+IFNAME_MAX = 15  # IFNAMSIZ - 1
+
+
+class ConfigError(ValueError):
+    """The document breaks one or more rules; .problems lists them, each starting with the field's path."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid VTEP configuration:\n" + "\n".join(f"- {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class TunnelPort:
+    port: str
+    local_ip: str
+
+
+@dataclass(frozen=True)
+class TrunkBinding:
+    port: str
+    vid: int
+
+
+@dataclass(frozen=True)
+class Peer:
+    ip: str
+    via: str
+    mac: str | None  # None: resolve from the neighbour table on the host
+
+
+@dataclass(frozen=True)
+class Vni:
+    vni: int
+    access_ports: tuple[str, ...]
+    trunks: tuple[TrunkBinding, ...]
+    peers: tuple[Peer, ...]
+
+
+@dataclass(frozen=True)
+class VtepConfig:
+    tunnel_ports: tuple[TunnelPort, ...]
+    vnis: tuple[Vni, ...]
+
+
+@dataclass(frozen=True)
+class InterfaceFacts:
+    """What validation needs to know of a host interface."""
+
+    ifindex: int
+    mtu: int
+    mac: str
+
+
+# --- The JSON Schema --------------------------------------------------------------------------------------------
+# Each leaf carries a `title` (what it is) and a `description` (its rule in plain words); error messages quote them.
+
+_IFNAME = {
+    "title": "interface name",
+    "description": f"1..{IFNAME_MAX} characters, no '/', ':' or whitespace, not '.' or '..'",
+    "type": "string",
+    "minLength": 1,
+    "maxLength": IFNAME_MAX,
+    "pattern": r"^(?!\.\.?$)[^/:\s]+$",
+}
+_IPV4 = {
+    "title": "IPv4 address",
+    "description": "dotted quad such as 198.51.100.1; IPv6 underlay is not supported yet",
+    "type": "string",
+    "format": "ipv4",
+}
+_MAC = {
+    "title": "MAC address",
+    "description": "six hex octets separated by ':', such as 02:00:00:00:01:34",
+    "type": "string",
+    "pattern": r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$",
+}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://xdpfleet.invalid/schemas/vtep-config.json",
+    "title": "VTEP configuration",
+    "description": "a document has vnis and optionally tunnel_ports",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["vnis"],
+    "properties": {
+        "tunnel_ports": {
+            "title": "tunnel ports",
+            "description": "the VXLAN underlay ports, each with its local IPv4 address",
+            "type": "array",
+            "maxItems": VTEP_MAX_PORTS,
+            "items": {"$ref": "#/$defs/tunnel_port"},
+        },
+        "vnis": {
+            "title": "VNIs",
+            "description": f"1 to {VTEP_MAX_VNIS} VNIs, the data plane's VTEP_MAX_VNIS",
+            "type": "array",
+            "minItems": 1,
+            "maxItems": VTEP_MAX_VNIS,
+            "items": {"$ref": "#/$defs/vni"},
+        },
+    },
+    "$defs": {
+        "ifname": _IFNAME,
+        "ipv4": _IPV4,
+        "mac": _MAC,
+        "tunnel_port": {
+            "title": "tunnel port",
+            "description": "a tunnel port has a port and a local_ip",
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["port", "local_ip"],
+            "properties": {
+                "port": {"$ref": "#/$defs/ifname"},
+                "local_ip": {"$ref": "#/$defs/ipv4"},
+            },
+        },
+        "trunk": {
+            "title": "trunk binding",
+            "description": "a trunk binding has a port and a vid",
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["port", "vid"],
+            "properties": {
+                "port": {"$ref": "#/$defs/ifname"},
+                "vid": {
+                    "title": "VID",
+                    "description": f"VID {VID_MIN}..{VID_MAX}",
+                    "type": "integer",
+                    "minimum": VID_MIN,
+                    "maximum": VID_MAX,
+                },
+            },
+        },
+        "peer": {
+            "title": "peer",
+            "description": "a peer has an ip and a via (tunnel port), and optionally the next-hop mac",
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["ip", "via"],
+            "properties": {
+                "ip": {"$ref": "#/$defs/ipv4"},
+                "via": {"$ref": "#/$defs/ifname"},
+                "mac": {"$ref": "#/$defs/mac"},
+            },
+        },
+        "vni": {
+            "title": "VNI entry",
+            "description": "a VNI entry has a vni and optionally access_ports, trunks and peers",
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["vni"],
+            "properties": {
+                "vni": {
+                    "title": "VNI",
+                    "description": f"VNI {VNI_MIN}..{VNI_MAX}",
+                    "type": "integer",
+                    "minimum": VNI_MIN,
+                    "maximum": VNI_MAX,
+                },
+                "access_ports": {
+                    "title": "access ports",
+                    "description": "fixed-VNI ports of this VNI",
+                    "type": "array",
+                    "items": {"$ref": "#/$defs/ifname"},
+                },
+                "trunks": {
+                    "title": "trunk bindings",
+                    "description": "VLAN-aware ports of this VNI, each with the VID that selects it",
+                    "type": "array",
+                    "items": {"$ref": "#/$defs/trunk"},
+                },
+                "peers": {
+                    "title": "peers",
+                    "description": "the remote VTEPs of this VNI",
+                    "type": "array",
+                    "items": {"$ref": "#/$defs/peer"},
+                },
+            },
+        },
+    },
+}
+
+
+# --- Rendering schema errors ------------------------------------------------------------------------------------
+
+_TYPE_WORDS = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
+
+
+def _path(parts) -> str:
+    """A JSON path in the document's own terms: vnis[0].trunks[1].vid; the whole document is `document`."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "document"
+
+
+def _describe(value: Any) -> str:
+    """A value in words, never a Python repr."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {_quote(value)}"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"a value of type {type(value).__name__}"
+
+
+def _quote(text: str, limit: int = 40) -> str:
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _rule(schema: dict) -> str:
+    return schema.get("description") or schema.get("title") or ""
+
+
+def _with_rule(text: str, schema: dict) -> str:
+    rule = _rule(schema)
+    return f"{text} ({rule})" if rule else text
+
+
+def _render(error) -> list[str]:
+    """One jsonschema error as messages "<path>: <rule in plain words>" (several for several unknown keys)."""
+    path = _path(error.absolute_path)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    kind, expected, value = error.validator, error.validator_value, error.instance
+
+    if kind == "additionalProperties":
+        known = list(schema.get("properties", {}))
+        out = []
+        for key in value:
+            if key in known:
+                continue
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'?" if close else "allowed: " + ", ".join(known)
+            out.append(f"{path}: unknown key '{key}' ({hint})")
+        return out
+    if kind == "required":
+        missing = [key for key in expected if key not in value]
+        return [f"{path}: missing required key '{key}' ({_rule(schema)})" for key in missing]
+    if kind == "type":
+        wanted = " or ".join(_TYPE_WORDS.get(t, t) for t in ([expected] if isinstance(expected, str) else expected))
+        noun = schema.get("title")
+        scalar = expected not in ("object", "array")
+        rule = schema.get("description", "")
+        if noun and rule and not rule.startswith(noun):
+            rule = f"{noun}: {rule}"
+        what = f"{wanted} ({rule})" if scalar and rule else wanted
+        return [f"{path}: must be {what}, got {_describe(value)}"]
+    if kind == "minimum":
+        return [f"{path}: " + _with_rule(f"{value} is below the minimum {expected}", schema)]
+    if kind == "maximum":
+        return [f"{path}: " + _with_rule(f"{value} is above the maximum {expected}", schema)]
+    if kind == "format" and expected == "ipv4":
+        try:
+            ipaddress.IPv6Address(value)
+        except ValueError:
+            return [f"{path}: " + _with_rule(f"{_quote(value)} is not a valid IPv4 address", schema)]
+        return [f"{path}: {_quote(value)} is an IPv6 address; IPv6 underlay is not supported yet (IPv4 only)"]
+    if kind in ("pattern", "minLength", "maxLength", "format"):
+        noun = schema.get("title", "value")
+        return [f"{path}: " + _with_rule(f"{_quote(value)} is not a valid {noun}", schema)]
+    if kind == "minItems":
+        return [f"{path}: " + _with_rule(f"must list at least {expected}, lists {len(value)}", schema)]
+    if kind == "maxItems":
+        return [f"{path}: " + _with_rule(f"lists {len(value)}, more than the maximum {expected}", schema)]
+    return [f"{path}: " + _with_rule(f"breaks the schema rule '{kind}'", schema)]
+
+
+def _path_sort_key(parts) -> tuple:
+    return tuple((0, part, "") if isinstance(part, int) else (1, 0, str(part)) for part in parts)
+
+
+def check_schema(document: Any) -> list[str]:
+    """The schema pass alone: every problem, "<path>: <rule>", in document order of the paths. Needs jsonschema
+    (imported here, so that the dataclasses can be imported on a host without it)."""
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    errors = sorted(validator.iter_errors(document), key=lambda e: (_path_sort_key(e.absolute_path), e.validator))
+    problems: list[str] = []
+    for error in errors:
+        for message in _render(error):
+            if message not in problems:
+                problems.append(message)
+    return problems
+
+
+# --- The checks a schema cannot express -------------------------------------------------------------------------
+
+_ROLE_WORDS = {"tunnel": "a tunnel port", "access": "an access port", "trunk": "a trunk"}
+
+
+def _address_problem(address: ipaddress.IPv4Address) -> str | None:
+    if address.is_unspecified:
+        return "is the unspecified address"
+    if address.is_multicast:
+        return "is a multicast address (peers are reached by unicast head-end replication)"
+    if address == ipaddress.IPv4Address("255.255.255.255"):
+        return "is the broadcast address"
+    if address.is_loopback:
+        return "is a loopback address"
+    return None
+
+
+def _mac_problem(mac: str) -> str | None:
+    if int(mac[:2], 16) & 1:
+        return "is a multicast MAC address"
+    if mac == "00:00:00:00:00:00":
+        return "is the all-zero MAC address"
+    return None
+
+
+def _names(items) -> str:
+    return ", ".join(items)
+
+
+def _interfaces_hint(name: str, interfaces: dict[str, InterfaceFacts]) -> str:
+    if not interfaces:
+        return "the host reported no interfaces"
+    known = sorted(interfaces)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = "it has: " + _names(known) if len(known) <= 12 else f"it has {len(known)} interfaces"
+    if close:
+        hint = "did you mean " + " or ".join(close) + "? " + hint
+    return hint
+
+
+def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> list[str]:
+    """The rules a schema cannot express, for a document that passed the schema. Every problem, none raised."""
+    problems: list[str] = []
+    tunnels = document.get("tunnel_ports", [])
+    vnis = document["vnis"]
+
+    # Where each port is used first and in which role; every use of a port name, for the existence check.
+    first_use: dict[str, tuple[str, str, int | None]] = {}  # name -> (role, path, vni)
+    uses: list[tuple[str, str]] = []  # (name, path), in document order
+
+    def use(name: str, role: str, path: str, vni: int | None) -> bool:
+        """Record a use; report a second role. Returns False when the use conflicts with the port's role."""
+        uses.append((name, path))
+        if name not in first_use:
+            first_use[name] = (role, path, vni)
+            return True
+        first_role, first_path, first_vni = first_use[name]
+        if first_role == role:
+            return True
+        where = f" of VNI {first_vni}" if first_vni is not None else ""
+        if "tunnel" in (role, first_role):
+            rule = "a tunnel port carries VXLAN only"
+        else:
+            rule = "a port is either fixed-VNI (access) or VLAN-aware (trunk)"
+        problems.append(
+            f"{path}: {name} is {_ROLE_WORDS[first_role]}{where} ({first_path}) and cannot also be "
+            f"{_ROLE_WORDS[role]}; {rule}"
+        )
+        return False
+
+    # Tunnel ports.
+    tunnel_path: dict[str, str] = {}
+    local_ips: dict[ipaddress.IPv4Address, tuple[str, str]] = {}  # address -> (tunnel port, path)
+    for i, tunnel in enumerate(tunnels):
+        path, name = f"tunnel_ports[{i}]", tunnel["port"]
+        if name in tunnel_path:
+            problems.append(
+                f"{path}.port: tunnel port {name} is declared twice (also {tunnel_path[name]}); "
+                "each tunnel port is declared once"
+            )
+        else:
+            tunnel_path[name] = path
+            use(name, "tunnel", f"{path}.port", None)
+        address = ipaddress.IPv4Address(tunnel["local_ip"])
+        bad = _address_problem(address)
+        if bad:
+            problems.append(f"{path}.local_ip: {address} {bad}; a tunnel's local IP must be a unicast address")
+        elif address in local_ips:
+            problems.append(
+                f"{path}.local_ip: {address} is already the local IP of {local_ips[address][0]} "
+                f"({local_ips[address][1]}); "
+                "each tunnel port has its own local IP"
+            )
+        else:
+            local_ips[address] = (name, f"{path}.local_ip")
+
+    # VNIs.
+    vni_path: dict[int, str] = {}
+    access_owner: dict[str, tuple[int, str]] = {}  # access port -> (VNI, path)
+    vid_owner: dict[tuple[str, int], tuple[int, str]] = {}  # (trunk, VID) -> (VNI, path)
+    declared = _names(sorted(tunnel_path)) or "none"
+    for i, entry in enumerate(vnis):
+        path, vni = f"vnis[{i}]", entry["vni"]
+        access, trunks, peers = entry.get("access_ports", []), entry.get("trunks", []), entry.get("peers", [])
+        if vni in vni_path:
+            problems.append(f"{path}.vni: VNI {vni} is listed twice (also {vni_path[vni]}); each VNI is listed once")
+        else:
+            vni_path[vni] = path
+
+        for j, name in enumerate(access):
+            apath = f"{path}.access_ports[{j}]"
+            if not use(name, "access", apath, vni):
+                continue
+            if name in access_owner:
+                other_vni, other_path = access_owner[name]
+                if other_vni == vni:
+                    problems.append(f"{apath}: {name} is listed twice in VNI {vni} (also {other_path})")
+                else:
+                    problems.append(
+                        f"{apath}: {name} is already an access port of VNI {other_vni} ({other_path}); "
+                        "an access port belongs to one VNI"
+                    )
+            else:
+                access_owner[name] = (vni, apath)
+
+        port_vid: dict[str, tuple[int, str]] = {}  # this VNI's trunks: port -> (VID, path)
+        vni_vid: tuple[int, str, str] | None = None  # this VNI's VID: (VID, port, path)
+        for j, trunk in enumerate(trunks):
+            tpath, name, vid = f"{path}.trunks[{j}]", trunk["port"], trunk["vid"]
+            if not use(name, "trunk", f"{tpath}.port", vni):
+                continue
+            if name in port_vid:
+                other_vid, other_path = port_vid[name]
+                if other_vid == vid:
+                    problems.append(f"{tpath}: {name} VID {vid} is listed twice in VNI {vni} (also {other_path})")
+                else:
+                    problems.append(
+                        f"{tpath}.vid: {name} is bound to VNI {vni} twice, with VID {other_vid} ({other_path}) "
+                        f"and VID {vid}; a trunk joins a VNI with one VID"
+                    )
+                continue
+            port_vid[name] = (vid, tpath)
+            owner = vid_owner.get((name, vid))
+            if owner is not None and owner[0] != vni:
+                problems.append(
+                    f"{tpath}.vid: VID {vid} on {name} is already bound to VNI {owner[0]} ({owner[1]}), "
+                    f"cannot also select VNI {vni}; a VID is bound once per trunk"
+                )
+            elif owner is None:
+                vid_owner[(name, vid)] = (vni, tpath)
+            if vni_vid is None:
+                vni_vid = (vid, name, tpath)
+            elif vid != vni_vid[0]:
+                problems.append(
+                    f"{tpath}.vid: VNI {vni} uses VID {vid} on {name} but VID {vni_vid[0]} on {vni_vid[1]} "
+                    f"({vni_vid[2]}); all trunk bindings of a VNI use the same VID (VIDs are not translated)"
+                )
+
+        if access and trunks:
+            problems.append(
+                f"{path}: VNI {vni} mixes fixed-VNI access ports ({_names(access)}) and VLAN-aware trunk ports "
+                f"({_names(t['port'] for t in trunks)}); a VNI has one kind of local port, because the data plane "
+                "neither adds nor removes VLAN tags"
+            )
+
+        peer_path: dict[ipaddress.IPv4Address, str] = {}
+        for j, peer in enumerate(peers):
+            ppath, via = f"{path}.peers[{j}]", peer["via"]
+            address = ipaddress.IPv4Address(peer["ip"])
+            if via not in tunnel_path:
+                problems.append(f"{ppath}.via: {via} is not a declared tunnel port (declared: {declared})")
+            bad = _address_problem(address)
+            if bad:
+                problems.append(f"{ppath}.ip: {address} {bad}; a peer must be a unicast address")
+            elif address in local_ips:
+                problems.append(
+                    f"{ppath}.ip: {address} is this host's own tunnel address on {local_ips[address][0]} "
+                    f"({local_ips[address][1]}); "
+                    "a peer is a remote VTEP"
+                )
+            if address in peer_path:
+                problems.append(
+                    f"{ppath}.ip: peer {address} is listed twice in VNI {vni} (also {peer_path[address]}); "
+                    "a remote VTEP is a peer of a VNI once"
+                )
+            else:
+                peer_path[address] = ppath
+            mac = peer.get("mac")
+            bad = _mac_problem(mac.lower()) if mac is not None else None
+            if bad:
+                problems.append(f"{ppath}.mac: {mac.lower()} {bad}; a next-hop MAC must be a unicast address")
+
+        members = len(access) + len(trunks) + len(peers)
+        if members == 0:
+            problems.append(f"{path}: VNI {vni} has no members (no access ports, trunks or peers)")
+        elif members > VTEP_MAX_MEMBERS:
+            problems.append(
+                f"{path}: VNI {vni} has {members} members ({len(access) + len(trunks)} local ports + "
+                f"{len(peers)} peers), above the data plane's limit of {VTEP_MAX_MEMBERS} (VTEP_MAX_MEMBERS)"
+            )
+
+    if len(first_use) > VTEP_MAX_PORTS:
+        problems.append(
+            f"document: uses {len(first_use)} ports, above the data plane's limit of {VTEP_MAX_PORTS} (VTEP_MAX_PORTS)"
+        )
+
+    # Interfaces that exist: each missing name once, at its first use.
+    missing_reported: set[str] = set()
+    for name, path in uses:
+        if name not in interfaces and name not in missing_reported:
+            missing_reported.add(name)
+            problems.append(
+                f"{path}: interface {name} does not exist on this host ({_interfaces_hint(name, interfaces)})"
+            )
+
+    problems.extend(_mtu_problems(tunnels, vnis, interfaces))
+    return problems
+
+
+def _mtu_problems(tunnels: list, vnis: list, interfaces: dict[str, InterfaceFacts]) -> list[str]:
+    """A tunnel port's MTU must hold the largest inner frame of every VNI it carries, plus the outer headers
+    (and the tag when the VNI has trunks). One problem per tunnel port, naming the VNI that needs the most."""
+    problems = []
+    seen: set[str] = set()
+    tunnel_names = {tunnel["port"] for tunnel in tunnels}
+    for i, tunnel in enumerate(tunnels):
+        name = tunnel["port"]
+        if name in seen or name not in interfaces:
+            continue
+        seen.add(name)
+        mtu = interfaces[name].mtu
+        short = []  # (needed, vni, explanation)
+        for entry in vnis:
+            if not any(peer["via"] == name for peer in entry.get("peers", [])):
+                continue
+            trunks = entry.get("trunks", [])
+            ports = (*entry.get("access_ports", []), *(t["port"] for t in trunks))
+            local = [p for p in ports if p in interfaces and p not in tunnel_names]  # misuse is reported elsewhere
+            if not local:
+                continue
+            inner_port = min(local, key=lambda p: (-interfaces[p].mtu, p))
+            inner = interfaces[inner_port].mtu
+            needed = inner + VXLAN_OVERHEAD + (VLAN_TAG_LEN if trunks else 0)
+            if mtu < needed:
+                tag = f" + {VLAN_TAG_LEN} VLAN tag" if trunks else ""
+                why = f"inner MTU {inner} of {inner_port} + {VXLAN_OVERHEAD} VXLAN{tag}"
+                short.append((needed, entry["vni"], why))
+        if short:
+            short.sort(key=lambda s: (-s[0], s[1]))
+            needed, vni, why = short[0]
+            also = sorted({s[1] for s in short[1:]} - {vni})
+            more = f"; also too small for VNI {', '.join(map(str, also))}" if also else ""
+            problems.append(
+                f"tunnel_ports[{i}].port: {name} has MTU {mtu}, below {needed} needed for VNI {vni} ({why}){more}"
+            )
+    return problems
+
+
+# --- The model --------------------------------------------------------------------------------------------------
+
+
+def _by_port(item: TunnelPort | TrunkBinding) -> str:
+    return item.port
+
+
+def _model(document: dict) -> VtepConfig:
+    tunnels = document.get("tunnel_ports", [])
+    tunnel_ports = tuple(
+        sorted((TunnelPort(t["port"], str(ipaddress.IPv4Address(t["local_ip"]))) for t in tunnels), key=_by_port)
+    )
+    vnis = []
+    for entry in document["vnis"]:
+        peers = sorted(
+            (
+                Peer(str(ipaddress.IPv4Address(p["ip"])), p["via"], p["mac"].lower() if "mac" in p else None)
+                for p in entry.get("peers", [])
+            ),
+            key=lambda p: (p.via, ipaddress.IPv4Address(p.ip)),
+        )
+        vnis.append(
+            Vni(
+                vni=int(entry["vni"]),  # JSON Schema's integer admits 100.0
+                access_ports=tuple(sorted(entry.get("access_ports", []))),
+                trunks=tuple(
+                    sorted((TrunkBinding(t["port"], int(t["vid"])) for t in entry.get("trunks", [])), key=_by_port)
+                ),
+                peers=tuple(peers),
+            )
+        )
+    vnis.sort(key=lambda v: v.vni)
+    return VtepConfig(tunnel_ports=tunnel_ports, vnis=tuple(vnis))
+
+
+def validate(document: Any, interfaces: dict[str, InterfaceFacts]) -> VtepConfig:
+    """Check the document against the schema and then against the rules a schema cannot express (only when the
+    schema passed: those rules assume the shape). Pure: the host's interfaces are given, nothing is read.
+
+    Returns the VtepConfig: tuples, VNIs by number, ports by name, peers by (via, ip), MACs in lowercase.
+    Raises ConfigError listing every problem, each "<path>: <rule>"."""
+    problems = check_schema(document)
+    if not problems:
+        problems = semantic_problems(document, interfaces)
+    if problems:
+        raise ConfigError(problems)
+    return _model(document)

@@ -1,0 +1,294 @@
+#!/usr/bin/python
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: vtep
+short_description: A VXLAN VTEP in XDP, configured from one document per host
+version_added: "0.1.0"
+description:
+  - Deploys the XDP VTEP of C(bpf/vtep) on a host and programs its configuration into BPF maps. Access ports
+    carry one VNI each. VLAN trunks map (port, VID) to a VNI. Tunnel ports carry VXLAN to the remote VTEPs of
+    each VNI.
+  - BUM frames are replicated with devmap broadcast. A devmap egress program rewrites each copy. Tunnel copies
+    get their Outer Ethernet/IPv4/UDP/VXLAN headers, with each peer's next-hop MAC and IP. Many peers may sit
+    behind one tunnel port.
+  - VXLAN is accepted on a tunnel port only for the VNIs that port serves, and only from configured peers of that
+    VNI. Decapsulated frames go only to local members (split horizon).
+  - The document is validated before anything changes, by a JSON Schema and by the rules a schema cannot
+    express. Every error names the field and the rule.
+  - Apply compiles the document into map contents and reads the pinned maps. It writes only the difference,
+    adding members before removing others, so a VID-to-VNI change needs no reload. It reports C(changed=false)
+    when nothing differs, and the diff in words ("VNI 100 + peer 198.51.100.34 via uplink0").
+  - Unchanged (seed) behaviour, kept on purpose. Every frame of a VNI is flooded to its members; there is no MAC
+    learning. 802.1Q tags travel inside the Inner, so all VLAN-aware ports of one VNI use the same VID.
+author:
+  - xdpfleet developers
+requirements:
+  - Linux 5.15 or newer (devmap broadcast and egress programs), libbpf.so.1, bpffs at /sys/fs/bpf
+  - pyroute2 and jsonschema on the host; clang when compiling I(source)
+options:
+  name:
+    description: Name of the VTEP instance. Its pins live under C(/sys/fs/bpf/xdpfleet/<name>).
+    type: str
+    default: vtep
+  state:
+    description: C(present) deploys and configures. C(absent) detaches the VTEP and removes its maps and state.
+    type: str
+    choices: [present, absent]
+    default: present
+  config:
+    description:
+      - The VTEP document. It has C(tunnel_ports), a list of C(port) and C(local_ip). It has C(vnis), a list of
+        C(vni), C(access_ports), C(trunks) (each a C(port) and a C(vid)) and C(peers) (each an C(ip), a C(via)
+        tunnel port, and optionally the next-hop C(mac); without it the host's neighbour table is asked).
+      - Required with I(state=present).
+    type: dict
+  mode:
+    description: XDP mode of the ingress program on every VTEP port.
+    type: str
+    choices: [native, generic]
+    default: native
+  source:
+    description: C source of the data plane on the host.
+    type: path
+    default: /var/lib/xdpfleet/src/vtep/vtep.c
+  include_dirs:
+    description: Include directories for compiling I(source).
+    type: list
+    elements: path
+    default: [/var/lib/xdpfleet/src/include]
+  neighbour_timeout:
+    description: Seconds to wait for a peer's next hop to answer ARP.
+    type: float
+    default: 3.0
+  cache_dir:
+    description: Where compiled objects are cached on the host.
+    type: path
+    default: /var/lib/xdpfleet/cache
+  pin_root:
+    description: bpffs directory of the instances.
+    type: path
+    default: /sys/fs/bpf/xdpfleet
+  state_dir:
+    description: Directory of the state files that teardown reads.
+    type: path
+    default: /var/lib/xdpfleet
+attributes:
+  check_mode:
+    support: full
+    description: Validates, compiles, loads and computes the difference; changes nothing.
+  diff_mode:
+    support: full
+    description: The configuration difference in words, per VNI, and the program changes per port.
+seealso:
+  - module: xdpfleet.fabric.xdp_program
+  - module: xdpfleet.fabric.linux_vtep
+"""
+
+EXAMPLES = r"""
+- name: Configure the VTEP
+  xdpfleet.fabric.vtep:
+    config:
+      tunnel_ports:
+        - {port: uplink0, local_ip: 198.51.100.129}
+      vnis:
+        - vni: 100
+          access_ports: [acc100]
+          peers:
+            - {ip: 198.51.100.130, via: uplink0}
+        - vni: 200
+          trunks: [{port: trunk0, vid: 20}]
+          peers:
+            - {ip: 198.51.100.130, via: uplink0, mac: "02:00:00:00:01:30"}
+
+- name: Remove it
+  xdpfleet.fabric.vtep:
+    state: absent
+"""
+
+RETURN = r"""
+changes:
+  description: The configuration difference in words, one line per member or peer added (+) or removed (-).
+  returned: always
+  type: list
+  elements: str
+  sample: ["VNI 100: + peer 198.51.100.130 via uplink0 (02:00:00:00:01:30)"]
+program:
+  description: Per VTEP port, what was done with the ingress program (attach, replace, unchanged, detach).
+  returned: state=present
+  type: dict
+  sample: {acc100: attach, uplink0: attach}
+problems:
+  description: On a validation failure, every problem found, each starting with the field's path.
+  returned: failure
+  type: list
+  elements: str
+ansible_facts:
+  description: C(xdpfleet_vtep) holds the counters. There is one entry per VNI and one per port, each with
+    rx/tx packets and bytes and drops by reason.
+  returned: state=present
+  type: dict
+  sample:
+    xdpfleet_vtep:
+      vnis: {"100": {rx_packets: 10, rx_bytes: 980, tx_packets: 30, tx_bytes: 3440, drops: {}}}
+      ports: {uplink0: {rx_packets: 0, rx_bytes: 0, tx_packets: 20, tx_bytes: 2960, drops: {}}}
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf, netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import ConfigError, InterfaceFacts, validate
+
+MAP_NAMES = (*vm.LAYOUTS, *vm.GROUP_MAPS)
+
+
+def host_ports() -> dict[str, vm.Port]:
+    ports = {}
+    for name in netdev.list_interfaces():
+        facts = netdev.sysfs_facts(name)
+        ports[name] = vm.Port(name, facts["ifindex"], facts["mtu"], facts["mac"] or "00:00:00:00:00:00")
+    return ports
+
+
+def resolve_peer_macs(module, config, ports) -> dict[tuple[int, str], str]:
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.neighbours import NeighbourError, resolve
+
+    macs = {}
+    for i, vni in enumerate(config.vnis):
+        for j, peer in enumerate(vni.peers):
+            if peer.mac:
+                continue
+            try:
+                macs[(vni.vni, peer.ip)] = resolve(peer.ip, ports[peer.via].ifindex, module.params["neighbour_timeout"])
+            except NeighbourError as exc:
+                module.fail_json(msg=f"config.vnis[{i}].peers[{j}].ip: {exc}; give its next-hop mac explicitly")
+    return macs
+
+
+def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
+    p = module.params
+    if not p["config"]:
+        module.fail_json(msg="config: required with state=present")
+    ports = host_ports()
+    facts = {name: InterfaceFacts(port.ifindex, port.mtu, port.mac) for name, port in ports.items()}
+    try:
+        config = validate(p["config"], facts)
+    except ConfigError as exc:
+        module.fail_json(msg=str(exc), problems=exc.problems)
+    if not xp.bpffs_mounted():
+        module.fail_json(msg="bpffs is not mounted at /sys/fs/bpf (the xdpfleet.fabric.xdp_host role mounts it)")
+    peer_macs = resolve_peer_macs(module, config, ports)
+    try:
+        object_path, _ = bpf_build.compile_object(
+            p["source"], p["cache_dir"], p["include_dirs"], build_dir=module.tmpdir if module.check_mode else None
+        )
+        instance = xp.Instance(paths, object_path, "vtep_ingress", p["mode"], {}, tuple(vm.LAYOUTS.values()))
+    except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
+        module.fail_json(msg=f"loading the VTEP data plane failed, nothing was changed: {exc}")
+    names = {port.ifindex: name for name, port in ports.items()}
+    vtep_ports = sorted(
+        {t.port for t in config.tunnel_ports}
+        | {n for v in config.vnis for n in v.access_ports}
+        | {t.port for v in config.vnis for t in v.trunks}
+    )
+    with instance:
+        try:
+            plan = instance.plan(vtep_ports, replace_foreign=False)
+        except xp.XdpProgramError as exc:
+            module.fail_json(msg=str(exc))
+        maps = {name: instance.obj.map(name) for name in MAP_NAMES}
+        egress = instance.obj.program("vtep_egress")
+        current = vm.VtepMaps(maps).read()
+        desired = vm.compile_desired(config, ports, peer_macs)
+        difference = vm.diff(current, desired)
+        egress_tag = egress.info().tag
+        difference.rewire_egress = any(tag != egress_tag for tag in _prog_tags(vm.VtepMaps(maps).egress_prog_ids()))
+        changes = vm.words(current, desired, names)
+        changed = plan.changed or not difference.empty
+        if changed and not module.check_mode:
+            writer = vm.Writer(maps, current, egress.fd)
+            try:
+                writer.apply(difference, desired)
+                instance.apply(plan)
+            except (libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
+                writer.rollback()
+                module.fail_json(msg=f"applying the VTEP configuration failed, previous state restored: {exc}")
+            xp.write_state(
+                paths, {**xp.state_record(instance, vtep_ports, p["source"], object_path), "vtep": p["config"]}
+            )
+        program = {s.ifname: s.action for s in plan.steps}
+        result = {
+            "changed": changed,
+            "changes": changes,
+            "program": program,
+            "ansible_facts": {"xdpfleet_vtep": vm.counters(maps, names)},
+        }
+        if changed:
+            program_lines = [
+                f"{s.ifname}: {s.action} {s.after or s.before}" for s in plan.steps if s.action != "unchanged"
+            ]
+            result["diff"] = {
+                "before_header": f"vtep {paths.name}",
+                "after_header": f"vtep {paths.name}",
+                "before": "",
+                "after": "\n".join(changes + program_lines) + "\n",
+            }
+        return result
+
+
+def _prog_tags(prog_ids: set[int]) -> set[str]:
+    tags = set()
+    for prog_id in prog_ids:
+        try:
+            fd = libbpf.prog_fd_by_id(prog_id)
+        except libbpf.LibbpfError:
+            tags.add("gone")
+            continue
+        try:
+            tags.add(libbpf.prog_info(fd).tag)
+        finally:
+            os.close(fd)
+    return tags
+
+
+def absent(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
+    try:
+        removed = xp.remove(paths, module.check_mode)
+    except (libbpf.LibbpfError, OSError) as exc:
+        module.fail_json(msg=f"removing vtep {paths.name}: {exc}")
+    result = {"changed": bool(removed), "changes": removed}
+    if removed:
+        result["diff"] = {"before_header": f"vtep {paths.name}", "before": "\n".join(removed) + "\n", "after": ""}
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "default": "vtep"},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "config": {"type": "dict"},
+            "mode": {"type": "str", "choices": ["native", "generic"], "default": "native"},
+            "source": {"type": "path", "default": "/var/lib/xdpfleet/src/vtep/vtep.c"},
+            "include_dirs": {"type": "list", "elements": "path", "default": ["/var/lib/xdpfleet/src/include"]},
+            "neighbour_timeout": {"type": "float", "default": 3.0},
+            "cache_dir": {"type": "path", "default": "/var/lib/xdpfleet/cache"},
+            "pin_root": {"type": "path", "default": xp.PIN_ROOT},
+            "state_dir": {"type": "path", "default": xp.STATE_DIR},
+        },
+        supports_check_mode=True,
+    )
+    paths = xp.InstancePaths(module.params["name"], module.params["pin_root"], module.params["state_dir"])
+    if module.params["state"] == "present":
+        module.exit_json(**present(module, paths))
+    module.exit_json(**absent(module, paths))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""A VTEP data plane in one network namespace, driven from the test process (no Ansible): veth pairs whose
+inner ends are VTEP ports and whose outer ends are where tests inject and capture frames.
+
+The test process enters the namespace with setns for BPF calls and socket creation; sockets keep their namespace
+after the process returns to its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import socket
+import struct
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import VtepConfig
+
+REPO = Path(__file__).resolve().parents[2]
+CLONE_NEWNET = 0x40000000
+ETH_P_ALL = 0x0003
+SIOCGIFMTU = 0x8921
+SIOCGIFHWADDR = 0x8927
+SOL_PACKET, PACKET_AUXDATA = 263, 8
+TP_STATUS_VLAN_VALID, TP_STATUS_VLAN_TPID_VALID = 0x10, 0x40
+SO_RCVBUFFORCE = 33
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@contextlib.contextmanager
+def netns(name: str):
+    """Run the block in a network namespace (this thread), then come back."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if _libc.setns(target, CLONE_NEWNET):
+            raise OSError(ctypes.get_errno(), f"setns({name})")
+        yield
+    finally:
+        _libc.setns(own, CLONE_NEWNET)
+        os.close(own)
+        os.close(target)
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+def port_facts(name: str) -> vm.Port:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifreq = struct.pack("16s16x", name.encode())
+        mtu = struct.unpack("16si12x", fcntl.ioctl(s, SIOCGIFMTU, ifreq))[1]
+        hw = fcntl.ioctl(s, SIOCGIFHWADDR, ifreq)[18:24]
+    return vm.Port(name, socket.if_nametoindex(name), mtu, ":".join(f"{b:02x}" for b in hw))
+
+
+@dataclass
+class Tap:
+    """A raw socket on the outer end of a veth: inject frames, collect what the VTEP sent out of the port."""
+
+    ifname: str
+    sock: socket.socket
+
+    def send(self, frame: bytes) -> None:
+        self.sock.send(frame)
+
+    def drain(self, settle: float = 0.3) -> list[bytes]:
+        """Frames received until none came for `settle` seconds, each as on the wire (VLAN tag put back)."""
+        frames, deadline = [], time.monotonic() + settle
+        while time.monotonic() < deadline:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(65535, socket.CMSG_SPACE(32))
+            except BlockingIOError:
+                time.sleep(0.01)
+                continue
+            frames.append(with_vlan_tag(data, ancillary))
+            deadline = time.monotonic() + settle
+        return frames
+
+
+def with_vlan_tag(data: bytes, ancillary) -> bytes:
+    """The kernel moves a received 802.1Q tag into the skb; AF_PACKET reports it in PACKET_AUXDATA."""
+    for level, kind, payload in ancillary:
+        if level == SOL_PACKET and kind == PACKET_AUXDATA:
+            status, _, _, _, _, tci, tpid = struct.unpack("IIIHHHH", payload[:20])
+            if status & TP_STATUS_VLAN_VALID:
+                tpid = tpid if status & TP_STATUS_VLAN_TPID_VALID else 0x8100
+                return data[:12] + struct.pack("!HH", tpid, tci) + data[12:]
+    return data
+
+
+@dataclass
+class VtepNetns:
+    """Namespace `name` with VTEP ports (inner ends) and taps (outer ends, named <port>p)."""
+
+    name: str
+    ports: dict[str, vm.Port] = field(default_factory=dict)
+    taps: dict[str, Tap] = field(default_factory=dict)
+    links: dict[str, int] = field(default_factory=dict)
+    obj: libbpf.BpfObject | None = None
+    maps: dict[str, libbpf.Map] = field(default_factory=dict)
+    current: vm.MapContents | None = None
+
+    @classmethod
+    def create(cls, name: str, port_mtus: dict[str, int]) -> VtepNetns:
+        sh("ip", "netns", "add", name)
+        lab = cls(name)
+        for port, mtu in port_mtus.items():
+            sh("ip", "-n", name, "link", "add", port, "mtu", str(mtu), "type", "veth", "peer", "name", f"{port}p",
+               "mtu", str(mtu))  # fmt: skip
+            for end in (port, f"{port}p"):
+                sh("ip", "-n", name, "link", "set", end, "up")
+            # Redirected frames reach a veth only when its peer runs XDP or has GRO (NAPI) on.
+            sh("ip", "netns", "exec", name, "ethtool", "-K", f"{port}p", "gro", "on")
+            sh("ip", "netns", "exec", name, "sysctl", "-qw", f"net.ipv6.conf.{port}p.disable_ipv6=1")
+            sh("ip", "netns", "exec", name, "sysctl", "-qw", f"net.ipv6.conf.{port}.disable_ipv6=1")
+        with netns(name):
+            for port in port_mtus:
+                lab.ports[port] = port_facts(port)
+                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+                sock.bind((f"{port}p", 0))
+                sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)  # whole bursts of copies
+                sock.setblocking(False)
+                lab.taps[port] = Tap(f"{port}p", sock)
+        return lab
+
+    def load(self, mode: str) -> None:
+        """Compile and load the data plane and attach the ingress program to every port."""
+        path, _ = bpf_build.compile_object(
+            str(REPO / "bpf" / "vtep" / "vtep.c"), "/tmp/xdpfleet-test-cache", [str(REPO / "bpf" / "include")]
+        )
+        self.obj = libbpf.BpfObject(path)
+        for layout in vm.LAYOUTS.values():
+            layout.check_object(self.obj)
+        self.obj.load()
+        self.maps = {n: self.obj.map(n) for n in (*vm.LAYOUTS, *vm.GROUP_MAPS)}
+        self.current = vm.VtepMaps(self.maps).read()
+        self.attach(mode)
+
+    def attach(self, mode: str) -> None:
+        self.detach()
+        with netns(self.name):
+            for port in self.ports.values():
+                self.links[port.name] = libbpf.xdp_link_create(self.obj.program("vtep_ingress").fd, port.ifindex, mode)
+
+    def detach(self) -> None:
+        for fd in self.links.values():
+            libbpf.link_detach(fd)
+            os.close(fd)
+        self.links.clear()
+
+    def configure(self, config: VtepConfig, peer_macs=None) -> vm.MapDiff:
+        desired = vm.compile_desired(config, self.ports, peer_macs or {})
+        difference = vm.diff(self.current, desired)
+        with netns(self.name):  # devmap entries resolve their ifindex in the writer's namespace
+            vm.Writer(self.maps, self.current, self.obj.program("vtep_egress").fd).apply(difference, desired)
+        self.current = vm.VtepMaps(self.maps).read()
+        return difference
+
+    def counters(self) -> dict:
+        return vm.counters(self.maps, {p.ifindex: n for n, p in self.ports.items()})
+
+    def drain_all(self) -> None:
+        for tap in self.taps.values():
+            tap.drain(settle=0.05)
+
+    def test_run(self, port: str, frame: bytes, *, live: bool = False, repeat: int = 1) -> int:
+        ctx = struct.pack("<6I", 0, len(frame), 0, self.ports[port].ifindex, 0, 0)
+        with netns(self.name):
+            flags = libbpf.BPF_F_TEST_XDP_LIVE_FRAMES if live else 0
+            return libbpf.prog_test_run(
+                self.obj.program("vtep_ingress").fd, frame, repeat=repeat, flags=flags, ctx=ctx
+            ).retval
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.detach()
+        for tap in self.taps.values():
+            tap.sock.close()
+        if self.obj:
+            self.obj.close()
+        subprocess.run(["ip", "netns", "del", self.name], check=False)
