@@ -1,0 +1,610 @@
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+"""The VTEP configuration document realised with the Linux kernel's own VXLAN: the interop peer and baseline.
+
+Per VNI the host gets a bridge ``xbr<vni>`` and a vxlan device ``xvx<vni>`` (VNI, UDP port 4789, local = the
+tunnel port's local_ip, dev = the tunnel port, learning off, MTU = tunnel MTU - 50) enslaved to it together with
+the VNI's access ports. BUM frames reach the peers by head-end replication: one all-zeros FDB entry per peer on the
+vxlan device (``bridge fdb append 00:00:00:00:00:00 dev xvx<vni> dst <peer> via <tunnel port>``).
+
+The names fit IFNAMSIZ for every 24-bit VNI (``xbr16777215`` is 11 characters) and are how the module recognises
+its own devices; it also records them in a state file. Only the devices it makes are ever created or deleted; access
+ports are enslaved and released, and brought up, never deleted; underlay addresses are checked, never added.
+
+Flow (every step before `apply` only reads): `read_host` -> `check` (the Linux-specific rules on a validated
+VtepConfig) -> `desired` -> `plan` (steps: additions first, then removals) -> `apply`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import socket
+from dataclasses import dataclass, field
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_config as vc
+
+try:
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    HAS_PYROUTE2 = True
+except ImportError:  # the module reports this with missing_required_lib
+    HAS_PYROUTE2 = False
+
+    class NetlinkError(OSError):  # placeholder so `except NetlinkError` stays valid
+        pass
+
+
+VXLAN_PORT = 4789
+ZERO_MAC = "00:00:00:00:00:00"
+BRIDGE_PREFIX = "xbr"
+VXLAN_PREFIX = "xvx"
+STATE_FILE = "linux_vtep.json"
+IFF_UP = 0x1
+NUD_NOARP = 0x40
+NUD_PERMANENT = 0x80
+NTF_SELF = 0x02
+
+_OWN_NAME = re.compile(rf"^({BRIDGE_PREFIX}|{VXLAN_PREFIX})([1-9][0-9]{{0,7}})$")
+
+
+class LinuxVtepError(Exception):
+    """Refusals (each problem names the field) and netlink failures (naming the device and the operation)."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def bridge_name(vni: int) -> str:
+    return f"{BRIDGE_PREFIX}{vni}"
+
+
+def vxlan_name(vni: int) -> str:
+    return f"{VXLAN_PREFIX}{vni}"
+
+
+def own_device(name: str, kind: str | None) -> int | None:
+    """The VNI of a device this module makes (by name and kind), else None."""
+    m = _OWN_NAME.match(name)
+    if not m:
+        return None
+    want = "bridge" if m.group(1) == BRIDGE_PREFIX else "vxlan"
+    return int(m.group(2)) if kind == want else None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What the host has now
+
+
+@dataclass
+class Link:
+    name: str
+    index: int
+    kind: str | None
+    mtu: int
+    mac: str | None
+    up: bool
+    master: int  # ifindex of the master device, 0 when none
+    vxlan: dict = field(default_factory=dict)  # id, port, local, link, learning
+    mcast_snooping: int | None = None  # bridges
+
+
+@dataclass(frozen=True)
+class Remote:
+    """One destination of a vxlan device's all-zeros FDB entry, with the attributes the kernel reports."""
+
+    dst: str
+    ifindex: int = 0  # NDA_IFINDEX (`via`), 0 when not given
+    port: int | None = None  # NDA_PORT, only reported when it differs from the device's dstport
+    vni: int | None = None  # NDA_VNI, only reported when it differs from the device's VNI
+
+
+@dataclass
+class HostState:
+    links: dict[str, Link]
+    addresses: dict[int, set[str]]  # ifindex -> IPv4 addresses
+    remotes: dict[int, set[Remote]]  # vxlan ifindex -> all-zeros FDB destinations
+
+    def by_index(self, index: int) -> Link | None:
+        return next((lk for lk in self.links.values() if lk.index == index), None)
+
+    def ports_of(self, bridge: Link) -> list[Link]:
+        return sorted((lk for lk in self.links.values() if lk.master == bridge.index), key=lambda lk: lk.name)
+
+    def interface_facts(self) -> dict[str, vc.InterfaceFacts]:
+        return {n: vc.InterfaceFacts(ifindex=lk.index, mtu=lk.mtu, mac=lk.mac or "") for n, lk in self.links.items()}
+
+
+def _nested(msg, *path):
+    for name in path:
+        if msg is None:
+            return None
+        msg = msg.get_attr(name)
+    return msg
+
+
+def read_host(ipr) -> HostState:
+    links: dict[str, Link] = {}
+    for msg in ipr.get_links():
+        info = msg.get_attr("IFLA_LINKINFO")
+        kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
+        data = info.get_attr("IFLA_INFO_DATA") if info is not None else None
+        link = Link(
+            name=msg.get_attr("IFLA_IFNAME"),
+            index=msg["index"],
+            kind=kind,
+            mtu=msg.get_attr("IFLA_MTU"),
+            mac=msg.get_attr("IFLA_ADDRESS"),
+            up=bool(msg["flags"] & IFF_UP),
+            master=msg.get_attr("IFLA_MASTER") or 0,
+        )
+        if kind == "vxlan" and data is not None:
+            link.vxlan = {
+                "id": data.get_attr("IFLA_VXLAN_ID"),
+                "port": data.get_attr("IFLA_VXLAN_PORT"),
+                "local": data.get_attr("IFLA_VXLAN_LOCAL"),
+                "link": data.get_attr("IFLA_VXLAN_LINK") or 0,
+                "learning": data.get_attr("IFLA_VXLAN_LEARNING"),
+            }
+        elif kind == "bridge" and data is not None:
+            link.mcast_snooping = data.get_attr("IFLA_BR_MCAST_SNOOPING")
+        links[link.name] = link
+    addresses: dict[int, set[str]] = {}
+    for msg in ipr.get_addr(family=socket.AF_INET):
+        addresses.setdefault(msg["index"], set()).add(msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS"))
+    vxlans = {lk.index for lk in links.values() if lk.kind == "vxlan"}
+    remotes: dict[int, set[Remote]] = {i: set() for i in vxlans}
+    # Dump everything and filter here: pyroute2's ifindex filter also matches NDA_IFINDEX (an entry's `via`).
+    for msg in ipr.fdb("dump"):
+        if msg["ifindex"] not in vxlans or msg.get_attr("NDA_MASTER") is not None:
+            continue
+        if msg.get_attr("NDA_LLADDR") != ZERO_MAC or not msg.get_attr("NDA_DST"):
+            continue
+        remotes[msg["ifindex"]].add(
+            Remote(
+                dst=msg.get_attr("NDA_DST"),
+                ifindex=msg.get_attr("NDA_IFINDEX") or 0,
+                port=msg.get_attr("NDA_PORT"),
+                vni=msg.get_attr("NDA_VNI"),
+            )
+        )
+    return HostState(links, addresses, remotes)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What the document asks for
+
+
+@dataclass(frozen=True)
+class DesiredVni:
+    vni: int
+    tunnel_port: str
+    local_ip: str
+    mtu: int
+    access_ports: tuple[str, ...]
+    peers: tuple[tuple[str, str], ...]  # (ip, via)
+
+    @property
+    def bridge(self) -> str:
+        return bridge_name(self.vni)
+
+    @property
+    def vxlan(self) -> str:
+        return vxlan_name(self.vni)
+
+    def report(self) -> dict:
+        """The same shape as `report()` gives for what the host has."""
+        return {
+            "devices": {"bridge": self.bridge, "vxlan": self.vxlan},
+            "members": sorted([self.vxlan, *self.access_ports]),
+            "peers": [{"ip": ip, "via": via} for ip, via in sorted(self.peers, key=_ip_key)],
+        }
+
+    def record(self) -> dict:
+        """What the state file keeps of this VNI."""
+        return {**self.report(), "tunnel_port": self.tunnel_port, "local_ip": self.local_ip, "mtu": self.mtu}
+
+
+def _ip_key(item) -> tuple:
+    ip = item[0] if isinstance(item, tuple) else item
+    return (ipaddress.ip_address(ip).version, int(ipaddress.ip_address(ip)))
+
+
+def _doc_index(items, match) -> int:
+    """Index in the document of the first item that `match` accepts (the model is sorted; messages use the
+    document's own order), or -1."""
+    return next((i for i, item in enumerate(items or []) if isinstance(item, dict) and match(item)), -1)
+
+
+def _same_ip(a, b: str) -> bool:
+    try:
+        return ipaddress.ip_address(str(a)) == ipaddress.ip_address(b)
+    except ValueError:
+        return False
+
+
+def check(config: vc.VtepConfig, host: HostState, document: dict) -> list[DesiredVni]:
+    """The rules of the Linux realisation on top of validate(); raises LinuxVtepError listing every problem.
+
+    `document` is the one validate() accepted: field paths are given in its order."""
+    problems: list[str] = []
+    doc_tunnels = document.get("tunnel_ports", [])
+    doc_vnis = document.get("vnis", [])
+    tunnels = {t.port: t for t in config.tunnel_ports}
+    for t in config.tunnel_ports:
+        i = _doc_index(doc_tunnels, lambda e, t=t: e.get("port") == t.port)
+        link = host.links.get(t.port)
+        if link is None:
+            problems.append(f"tunnel_ports[{i}].port: no interface {t.port} on this host")
+        elif t.local_ip not in host.addresses.get(link.index, set()):
+            problems.append(
+                f"tunnel_ports[{i}].local_ip: {t.local_ip} is not an address of {t.port} "
+                "(this module does not add underlay addresses: configure them first)"
+            )
+    desired: list[DesiredVni] = []
+    for v in config.vnis:
+        i = _doc_index(doc_vnis, lambda e, v=v: e.get("vni") == v.vni)
+        entry = doc_vnis[i] if i >= 0 else {}
+        if v.trunks:
+            problems.append(
+                f"vnis[{i}].trunks: the Linux baseline needs bridge VLAN filtering (and 802.1Q) for trunk "
+                "bindings, which it does not configure and this lab's kernel lacks; use access_ports"
+            )
+        doc_peers = entry.get("peers", [])
+        first_via = doc_peers[0].get("via") if doc_peers else None
+        for p in v.peers:
+            j = _doc_index(doc_peers, lambda e, p=p: _same_ip(e.get("ip"), p.ip))
+            if p.via not in tunnels:
+                problems.append(f"vnis[{i}].peers[{j}].via: {p.via} is not one of tunnel_ports")
+            elif p.via != first_via:
+                problems.append(
+                    f"vnis[{i}].peers[{j}].via: {p.via}, but peers[0] is via {first_via}: the Linux baseline has one "
+                    "vxlan device per VNI with one local address, so all peers of a VNI go via one tunnel port"
+                )
+        for port in v.access_ports:
+            j = _doc_index([{"n": n} for n in entry.get("access_ports", [])], lambda e, port=port: e["n"] == port)
+            link = host.links.get(port)
+            if link is None:
+                problems.append(f"vnis[{i}].access_ports[{j}]: no interface {port} on this host")
+                continue
+            if own_device(port, link.kind) is not None:
+                problems.append(f"vnis[{i}].access_ports[{j}]: {port} is a device this module makes")
+            master = host.by_index(link.master) if link.master else None
+            if master is not None and own_device(master.name, master.kind) is None:
+                problems.append(
+                    f"vnis[{i}].access_ports[{j}]: {port} is already a port of {master.name} "
+                    f"({master.kind or 'unknown kind'}), which this module did not make"
+                )
+        for name, kind in ((bridge_name(v.vni), "bridge"), (vxlan_name(v.vni), "vxlan")):
+            link = host.links.get(name)
+            if link is not None and link.kind != kind:
+                problems.append(f"vnis[{i}].vni: a device named {name} exists and is not a {kind}; remove or rename it")
+        if not config.tunnel_ports:
+            continue
+        tunnel = tunnels.get(first_via, config.tunnel_ports[0])
+        tunnel_link = host.links.get(tunnel.port)
+        desired.append(
+            DesiredVni(
+                vni=v.vni,
+                tunnel_port=tunnel.port,
+                local_ip=tunnel.local_ip,
+                mtu=(tunnel_link.mtu - vc.VXLAN_OVERHEAD) if tunnel_link else 0,
+                access_ports=tuple(v.access_ports),
+                peers=tuple((p.ip, p.via) for p in v.peers),
+            )
+        )
+    if problems:
+        raise LinuxVtepError(problems)
+    return desired
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The difference, as steps
+
+
+@dataclass
+class Step:
+    vni: int
+    text: str  # what a network engineer reads in --diff, after "VNI <n>: "
+    op: str
+    args: dict = field(default_factory=dict)
+
+    @property
+    def line(self) -> str:
+        return f"VNI {self.vni}: {self.text}"
+
+
+def _vxlan_text(d: DesiredVni) -> str:
+    return f"local {d.local_ip}, dev {d.tunnel_port}, dstport {VXLAN_PORT}, MTU {d.mtu}, learning off"
+
+
+def _vxlan_changes(d: DesiredVni, link: Link, host: HostState) -> tuple[bool, list[tuple[str, str, str]]]:
+    """(must re-create, [(attribute, now, wanted)]): VNI and dstport cannot change on a live vxlan device."""
+    x = link.vxlan
+    tunnel = host.links[d.tunnel_port]
+    recreate = x.get("id") != d.vni or x.get("port") != VXLAN_PORT
+    changes = []
+    if x.get("local") != d.local_ip:
+        changes.append(("local", str(x.get("local")), d.local_ip))
+    if x.get("link") != tunnel.index:
+        now = host.by_index(x.get("link") or 0)
+        changes.append(("dev", now.name if now else "none", d.tunnel_port))
+    if x.get("learning"):
+        changes.append(("learning", "on", "off"))
+    if link.mtu != d.mtu:
+        changes.append(("MTU", str(link.mtu), str(d.mtu)))
+    if recreate:
+        return True, [("VNI", str(x.get("id")), str(d.vni)), ("dstport", str(x.get("port")), str(VXLAN_PORT))]
+    return False, changes
+
+
+def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
+    """Steps to go from `host` to `desired`: every addition and change first, then every removal."""
+    adds: list[Step] = []
+    removes: list[Step] = []
+    wanted = {d.vni for d in desired}
+    for d in sorted(desired, key=lambda d: d.vni):
+        tunnel = host.links[d.tunnel_port]
+        bridge = host.links.get(d.bridge)
+        vx = host.links.get(d.vxlan)
+        if bridge is None:
+            adds.append(Step(d.vni, f"+ bridge {d.bridge}", "bridge_add", {"name": d.bridge}))
+        else:
+            if bridge.mcast_snooping:
+                adds.append(Step(d.vni, f"~ bridge {d.bridge} multicast snooping on -> off", "bridge_set", {}))
+            if not bridge.up:
+                adds.append(Step(d.vni, f"~ bridge {d.bridge} down -> up", "up", {"name": d.bridge}))
+        vx_args = {"name": d.vxlan, "vni": d.vni, "local": d.local_ip, "link": d.tunnel_port, "mtu": d.mtu}
+        current_remotes: set[Remote] = set()
+        recreate = False
+        if vx is None:
+            adds.append(Step(d.vni, f"+ vxlan {d.vxlan} ({_vxlan_text(d)})", "vxlan_add", vx_args))
+        else:
+            recreate, changes = _vxlan_changes(d, vx, host)
+            if recreate:
+                what = ", ".join(f"{a} {now} -> {new}" for a, now, new in changes)
+                text = f"~ vxlan {d.vxlan} re-created ({what}; these cannot change in place): {_vxlan_text(d)}"
+                adds.append(Step(d.vni, text, "vxlan_recreate", vx_args))
+            else:
+                current_remotes = host.remotes.get(vx.index, set())
+                for n, (attr, now, new) in enumerate(changes):  # one netlink change sets them all
+                    op = "vxlan_set" if n == 0 else "noop"
+                    adds.append(Step(d.vni, f"~ vxlan {d.vxlan} {attr} {now} -> {new}", op, vx_args))
+                if not vx.up:
+                    adds.append(Step(d.vni, f"~ vxlan {d.vxlan} down -> up", "up", {"name": d.vxlan}))
+        if vx is None or recreate or vx.master != (bridge.index if bridge else -1):
+            adds.append(
+                Step(d.vni, f"+ vxlan {d.vxlan} into bridge {d.bridge}", "enslave", {"port": d.vxlan, "vni": d.vni})
+            )
+        # access ports
+        for port in d.access_ports:
+            link = host.links[port]
+            if bridge is None or link.master != bridge.index:
+                adds.append(Step(d.vni, f"+ access port {port}", "enslave", {"port": port, "vni": d.vni}))
+            elif not link.up:
+                adds.append(Step(d.vni, f"~ access port {port} down -> up", "up", {"name": port}))
+        if bridge is not None:
+            for link in host.ports_of(bridge):
+                if link.name != d.vxlan and link.name not in d.access_ports:
+                    if own_device(link.name, link.kind) == d.vni:
+                        continue  # a stray own vxlan under its own bridge is handled above
+                    moved = next((o.vni for o in desired if link.name in o.access_ports), None)
+                    if moved is None:
+                        removes.append(Step(d.vni, f"- access port {link.name}", "release", {"port": link.name}))
+                    else:  # enslaving it to its new bridge (an addition) moves it
+                        removes.append(Step(d.vni, f"- access port {link.name} (moved to VNI {moved})", "noop"))
+        # peers
+        for ip, via in d.peers:
+            if not any(_remote_matches(r, ip, tunnel.index, d.vni) for r in current_remotes):
+                adds.append(Step(d.vni, f"+ peer {ip} via {via}", "peer_add", {"vxlan": d.vxlan, "ip": ip, "via": via}))
+        for r in sorted(current_remotes, key=lambda r: (r.dst, r.ifindex)):
+            if not any(_remote_matches(r, ip, tunnel.index, d.vni) for ip, _ in d.peers):
+                removes.append(Step(d.vni, f"- peer {_remote_text(r, host)}", "peer_del", {"vxlan": d.vxlan, "r": r}))
+    # VNIs this module made that the document no longer has
+    stale: dict[int, dict[str, Link]] = {}
+    for link in host.links.values():
+        vni = own_device(link.name, link.kind)
+        if vni is not None and vni not in wanted:
+            stale.setdefault(vni, {})[link.kind] = link
+    for vni in sorted(stale):
+        devices = stale[vni]
+        if "vxlan" in devices:
+            for r in sorted(host.remotes.get(devices["vxlan"].index, set()), key=lambda r: (r.dst, r.ifindex)):
+                removes.append(Step(vni, f"- peer {_remote_text(r, host)}", "noop"))
+        if "bridge" in devices:
+            for link in host.ports_of(devices["bridge"]):
+                if own_device(link.name, link.kind) is None:
+                    moved = next((o.vni for o in desired if link.name in o.access_ports), None)
+                    where = f" (moved to VNI {moved})" if moved is not None else ""
+                    removes.append(Step(vni, f"- access port {link.name}{where}", "noop"))
+        if "vxlan" in devices:
+            removes.append(Step(vni, f"- vxlan {devices['vxlan'].name}", "delete", {"name": devices["vxlan"].name}))
+        if "bridge" in devices:
+            removes.append(Step(vni, f"- bridge {devices['bridge'].name}", "delete", {"name": devices["bridge"].name}))
+    return adds + removes
+
+
+def _remote_matches(r: Remote, ip: str, via_index: int, vni: int) -> bool:
+    return r.dst == ip and r.ifindex == via_index and r.port in (None, VXLAN_PORT) and r.vni in (None, vni)
+
+
+def _remote_text(r: Remote, host: HostState) -> str:
+    text = r.dst
+    if r.ifindex:
+        via = host.by_index(r.ifindex)
+        text += f" via {via.name if via else f'ifindex {r.ifindex}'}"
+    if r.port not in (None, VXLAN_PORT):
+        text += f" port {r.port}"
+    if r.vni is not None:
+        text += f" vni {r.vni}"
+    return text
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Applying the steps
+
+
+def _index(ipr, name: str) -> int:
+    found = ipr.link_lookup(ifname=name)
+    if not found:
+        raise LinuxVtepError(f"{name}: the device disappeared while being configured")
+    return found[0]
+
+
+def _vxlan_add(ipr, a: dict) -> None:
+    ipr.link(
+        "add",
+        ifname=a["name"],
+        kind="vxlan",
+        vxlan_id=a["vni"],
+        vxlan_port=VXLAN_PORT,
+        vxlan_local=a["local"],
+        vxlan_link=_index(ipr, a["link"]),
+        vxlan_learning=0,
+        mtu=a["mtu"],
+    )
+    ipr.link("set", index=_index(ipr, a["name"]), state="up")
+
+
+def _run_step(ipr, step: Step) -> None:
+    a = step.args
+    if step.op == "bridge_add":
+        ipr.link("add", ifname=a["name"], kind="bridge", br_mcast_snooping=0)
+        ipr.link("set", index=_index(ipr, a["name"]), state="up")
+    elif step.op == "bridge_set":
+        ipr.link("set", index=_index(ipr, bridge_name(step.vni)), kind="bridge", br_mcast_snooping=0)
+    elif step.op == "up":
+        ipr.link("set", index=_index(ipr, a["name"]), state="up")
+    elif step.op == "vxlan_add":
+        _vxlan_add(ipr, a)
+    elif step.op == "vxlan_recreate":
+        ipr.link("del", index=_index(ipr, a["name"]))
+        _vxlan_add(ipr, a)
+    elif step.op == "vxlan_set":
+        index = _index(ipr, a["name"])
+        ipr.link(
+            "set",
+            index=index,
+            kind="vxlan",
+            vxlan_local=a["local"],
+            vxlan_link=_index(ipr, a["link"]),
+            vxlan_learning=0,
+        )
+        ipr.link("set", index=index, mtu=a["mtu"])
+    elif step.op == "enslave":
+        index = _index(ipr, a["port"])
+        ipr.link("set", index=index, master=_index(ipr, bridge_name(a["vni"])))
+        ipr.link("set", index=index, state="up")
+    elif step.op == "release":
+        ipr.link("set", index=_index(ipr, a["port"]), master=0)
+    elif step.op == "peer_add":
+        ipr.fdb(
+            "append",
+            ifindex=_index(ipr, a["vxlan"]),
+            lladdr=ZERO_MAC,
+            dst=a["ip"],
+            NDA_IFINDEX=_index(ipr, a["via"]),
+            state=NUD_PERMANENT | NUD_NOARP,
+            flags=NTF_SELF,
+        )
+    elif step.op == "peer_del":
+        r: Remote = a["r"]
+        extra = {}
+        if r.ifindex:
+            extra["NDA_IFINDEX"] = r.ifindex
+        if r.port is not None:
+            extra["NDA_PORT"] = r.port
+        if r.vni is not None:
+            extra["NDA_VNI"] = r.vni
+        ipr.fdb(
+            "del",
+            ifindex=_index(ipr, a["vxlan"]),
+            lladdr=ZERO_MAC,
+            dst=r.dst,
+            state=NUD_PERMANENT | NUD_NOARP,
+            flags=NTF_SELF,
+            **extra,
+        )
+    elif step.op == "delete":
+        found = ipr.link_lookup(ifname=a["name"])
+        if found:
+            ipr.link("del", index=found[0])
+    elif step.op != "noop":
+        raise ValueError(f"unknown step {step.op}")
+
+
+def apply(ipr, steps: list[Step]) -> None:
+    for step in steps:
+        try:
+            _run_step(ipr, step)
+        except NetlinkError as exc:
+            code = exc.code if hasattr(exc, "code") else exc.args[0]
+            raise LinuxVtepError(
+                f"{step.line}: netlink failed: {os.strerror(code) if isinstance(code, int) else exc}"
+            ) from None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reports and the state file
+
+
+def report(host: HostState) -> dict[str, dict]:
+    """Per VNI, what the host has now (its devices, bridge members and peers), keyed by the VNI as a string."""
+    result: dict[str, dict] = {}
+    for link in sorted(host.links.values(), key=lambda lk: lk.name):
+        vni = own_device(link.name, link.kind)
+        if vni is None:
+            continue
+        entry = result.setdefault(str(vni), {"devices": {}, "members": [], "peers": []})
+        entry["devices"][link.kind] = link.name
+        if link.kind == "bridge":
+            entry["members"] = [p.name for p in host.ports_of(link)]
+        else:
+            entry["peers"] = [
+                {"ip": r.dst, "via": (host.by_index(r.ifindex).name if host.by_index(r.ifindex) else None)}
+                for r in sorted(host.remotes.get(link.index, set()), key=lambda r: (_ip_key(r.dst), r.ifindex))
+            ]
+    return dict(sorted(result.items(), key=lambda kv: int(kv[0])))
+
+
+def state_path(state_dir: str) -> str:
+    return os.path.join(state_dir, STATE_FILE)
+
+
+def read_state(state_dir: str) -> dict:
+    try:
+        with open(state_path(state_dir)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def write_state(state_dir: str, vnis: dict) -> None:
+    os.makedirs(state_dir, exist_ok=True)
+    path = state_path(state_dir)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"version": 1, "vnis": vnis}, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def remove_state(state_dir: str) -> bool:
+    try:
+        os.unlink(state_path(state_dir))
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def absent_plan(host: HostState) -> list[Step]:
+    """Steps that remove every device this module made (recognised by name and kind), and only those."""
+    return plan([], host)
+
+
+def open_ipr():
+    return IPRoute()

@@ -1,0 +1,221 @@
+#!/usr/bin/python
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: linux_vtep
+short_description: Realise the VTEP configuration document with the Linux kernel's own VXLAN (bridge + vxlan)
+version_added: "0.1.0"
+description:
+  - Takes the same configuration document as M(xdpfleet.fabric.vtep) and builds it from the kernel's own devices
+    instead of XDP. The result is the interop peer and the performance baseline for the XDP VTEP.
+  - For each VNI it makes a bridge C(xbr<vni>) and a vxlan device C(xvx<vni>). The vxlan device has the VNI as its
+    id, UDP destination port 4789, local address = the tunnel port's I(local_ip), C(dev) = the tunnel port, learning
+    off, and MTU = the tunnel port's MTU - 50. It is a port of the bridge, together with the VNI's access ports.
+    Both names fit the 15-character limit for every 24-bit VNI.
+  - BUM frames reach the peers by head-end replication, with one all-zeros FDB entry per peer on the vxlan device,
+    as C(bridge fdb append 00:00:00:00:00:00 dev xvx<vni> dst <peer ip> via <tunnel port>) does.
+  - The document is validated (the rules of the XDP VTEP, and the interfaces, MTUs and addresses found on the host)
+    before anything changes. Every error names the field.
+  - Idempotent. It reads the devices, their attributes, the bridge ports and the FDB entries, and changes only what
+    differs. Additions come first, then removals. VNIs that are no longer in the document lose their bridge and
+    vxlan device.
+  - The module recognises its own devices by name and kind (a bridge C(xbr<digits>), a vxlan C(xvx<digits>)) and
+    records them in C(<state_dir>/linux_vtep.json). I(state=absent) removes those devices and the record, and
+    nothing else.
+  - The tunnel port must already carry I(local_ip). The module checks this; it does not add underlay addresses or
+    routes, and never changes the tunnel port.
+  - Access ports are enslaved to the VNI's bridge and brought up. They are released from the bridge when they leave
+    the document, and left up. An access port that belongs to a bridge or bond this module did not make is refused.
+author:
+  - xdpfleet developers
+requirements:
+  - pyroute2 >= 0.9 and jsonschema >= 4.20 on the host
+  - Linux with the vxlan and bridge drivers
+options:
+  config:
+    description:
+      - The VTEP configuration document, with keys C(tunnel_ports) and C(vnis). It is the same document as for
+        M(xdpfleet.fabric.vtep). See plugins/module_utils/vtep_config.py for its schema.
+      - C(vnis[].trunks) are refused. Trunks would need bridge VLAN filtering, which the Linux baseline does not
+        configure and the lab kernel lacks.
+      - All peers of one VNI must be via the same tunnel port, because a vxlan device has one local address.
+      - C(vnis[].peers[].mac) is accepted but not used. The kernel chooses the next hop from its own routing and
+        neighbour tables.
+      - Required with I(state=present).
+    type: dict
+  state:
+    description:
+      - C(present) makes the host match I(config). C(absent) removes every bridge and vxlan device this module
+        made, and its state file.
+    type: str
+    choices: [present, absent]
+    default: present
+  state_dir:
+    description: Directory of the state file C(linux_vtep.json).
+    type: path
+    default: /var/lib/xdpfleet
+attributes:
+  check_mode:
+    support: full
+    description: Validates and computes the changes, and reports them. Nothing on the host changes.
+  diff_mode:
+    support: full
+    description:
+      - "One line per change, for example C(VNI 100: + peer 198.51.100.34 via uplink0),
+        C(VNI 100: + access port acc100), C(VNI 100: ~ vxlan xvx100 MTU 1500 -> 1550)
+        or C(VNI 200: - bridge xbr200)."
+notes:
+  - Only IPv4 underlays are supported, as by the XDP VTEP.
+  - The VNI and the UDP port of a live vxlan device cannot change. If either differs, the device is re-created, and
+    that VNI has a short gap. Local address, tunnel port, learning and MTU change in place.
+  - A failure part-way through leaves the additions made so far, with nothing yet removed. Running again completes
+    the change.
+seealso:
+  - module: xdpfleet.fabric.vtep
+"""
+
+EXAMPLES = r"""
+- name: The Linux kernel's VXLAN as a remote VTEP in VNI 100
+  xdpfleet.fabric.linux_vtep:
+    config:
+      tunnel_ports:
+        - {port: uplink0, local_ip: 198.51.100.130}
+      vnis:
+        - vni: 100
+          access_ports: [acc100]
+          peers:
+            - {ip: 198.51.100.129, via: uplink0}
+            - {ip: 198.51.100.134, via: uplink0}
+
+- name: Same document as the XDP VTEP, from inventory variables
+  xdpfleet.fabric.linux_vtep:
+    config: "{{ vtep_config }}"
+
+- name: Remove every bridge and vxlan device it made
+  xdpfleet.fabric.linux_vtep:
+    state: absent
+"""
+
+RETURN = r"""
+vnis:
+  description:
+    - Per VNI (keyed by the VNI), the devices, the bridge members and the peers, as the host has them after this
+      run. In check mode, what it would have.
+  returned: always
+  type: dict
+  sample:
+    "100":
+      devices: {bridge: xbr100, vxlan: xvx100}
+      members: [acc100, xvx100]
+      peers: [{ip: 198.51.100.129, via: uplink0}]
+changes:
+  description: The changes made (or, in check mode, that would be made), one line each, as in the diff.
+  returned: always
+  type: list
+  elements: str
+  sample: ["VNI 100: + bridge xbr100", "VNI 100: + peer 198.51.100.129 via uplink0"]
+problems:
+  description: On a refused document, every problem found, each starting with the field's path.
+  returned: failure
+  type: list
+  elements: str
+  sample: ["vnis[0].trunks: the Linux baseline needs bridge VLAN filtering ..."]
+state_file:
+  description: Path of the record of the devices this module made.
+  returned: always
+  type: str
+  sample: /var/lib/xdpfleet/linux_vtep.json
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import linux_vtep as lv
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_config as vc
+
+
+def _diff(lines: list[str]) -> dict:
+    return {
+        "before_header": "linux_vtep",
+        "after_header": "linux_vtep",
+        "prepared": "\n".join(lines) + "\n",
+    }
+
+
+def present(module: AnsibleModule, ipr) -> dict:
+    p = module.params
+    host = lv.read_host(ipr)
+    try:
+        config = vc.validate(p["config"], host.interface_facts())
+    except vc.ConfigError as exc:
+        module.fail_json(msg=str(exc), problems=exc.problems, changed=False)
+    except ImportError:
+        module.fail_json(msg=missing_required_lib("jsonschema"))
+    try:
+        desired = lv.check(config, host, p["config"])
+    except lv.LinuxVtepError as exc:
+        module.fail_json(
+            msg="invalid VTEP configuration for the Linux baseline:\n" + "\n".join(f"- {x}" for x in exc.problems),
+            problems=exc.problems,
+            changed=False,
+        )
+    steps = lv.plan(desired, host)
+    lines = [s.line for s in steps]
+    if steps and not module.check_mode:
+        try:
+            lv.apply(ipr, steps)
+        except lv.LinuxVtepError as exc:
+            module.fail_json(msg=str(exc), changes=lines, changed=True)
+        host = lv.read_host(ipr)
+    if module.check_mode:
+        vnis = {str(d.vni): d.report() for d in desired}
+    else:
+        vnis = lv.report(host)
+        record = {str(d.vni): d.record() for d in desired}
+        if lv.read_state(p["state_dir"]).get("vnis") != record:
+            lv.write_state(p["state_dir"], record)
+    result = {"changed": bool(steps), "vnis": vnis, "changes": lines, "state_file": lv.state_path(p["state_dir"])}
+    if steps:
+        result["diff"] = _diff(lines)
+    return result
+
+
+def absent(module: AnsibleModule, ipr) -> dict:
+    p = module.params
+    host = lv.read_host(ipr)
+    steps = lv.absent_plan(host)
+    lines = [s.line for s in steps]
+    if not module.check_mode:
+        if steps:
+            try:
+                lv.apply(ipr, steps)
+            except lv.LinuxVtepError as exc:
+                module.fail_json(msg=str(exc), changes=lines, changed=True)
+        lv.remove_state(p["state_dir"])
+    result = {"changed": bool(steps), "vnis": {}, "changes": lines, "state_file": lv.state_path(p["state_dir"])}
+    if steps:
+        result["diff"] = _diff(lines)
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "config": {"type": "dict"},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "state_dir": {"type": "path", "default": "/var/lib/xdpfleet"},
+        },
+        required_if=[("state", "present", ["config"])],
+        supports_check_mode=True,
+    )
+    if not lv.HAS_PYROUTE2:
+        module.fail_json(msg=missing_required_lib("pyroute2"))
+    with lv.open_ipr() as ipr:
+        if module.params["state"] == "present":
+            module.exit_json(**present(module, ipr))
+        module.exit_json(**absent(module, ipr))
+
+
+if __name__ == "__main__":
+    main()
