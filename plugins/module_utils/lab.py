@@ -654,6 +654,10 @@ def _make_links(spec: dict) -> None:
                 ns.link("set", index=index, mtu=link["mtu"])
                 _add_addresses(ns, index, end["addresses"])
                 ns.link("set", index=index, state="up")
+            # A veth takes XDP_TX and redirected frames only with NAPI on: GRO on every end lets an XDP program
+            # anywhere in the lab send into any lab link, as a NIC would take them.
+            _run(["ip", "netns", "exec", ns_name(prefix, end["node"]), "ethtool", "-K", end["ifname"], "gro", "on"],
+                 f"gro on {end['node']}:{end['ifname']}")  # fmt: skip
 
 
 def _add_routes(spec: dict) -> None:
