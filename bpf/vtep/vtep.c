@@ -38,41 +38,46 @@ struct outer_hdr {
 
 _Static_assert(sizeof(struct outer_hdr) == VXLAN_OVERHEAD, "outer header is 50 bytes");
 
-/* header_cache[{vni, inner_len}]: the Outer of a tunnel copy, but for the fields that differ per copy (MACs,
- * IP addresses, UDP source port), with the checksum of the fixed IPv4 fields; per CPU, least recently used. */
-struct template_key {
+/* header_cache[port slot], per CPU: the last Outer this CPU built for a tunnel port, for one (VNI, Inner length);
+ * the fields that differ per copy (MACs, addresses, UDP source port) are written per copy, and the checksum is
+ * finished from the partial sum of the fixed fields. */
+struct outer_template {
 	__u32 vni;
 	__u32 inner_len;
-};
-
-struct outer_template {
 	struct outer_hdr hdr;
 	__u16 pad;
 	__u32 ip_csum_partial; /* unfolded sum of the IPv4 header without addresses and checksum */
 };
 
-/* Keyed by member: a local port's ifindex, or peer_member_key() for a remote peer. Sizes, not BTF types:
- * libbpf cannot size the union inside struct bpf_devmap_val from BTF. */
+/* Keyed by member: a local port's ifindex, or a peer's member key (see vtep_maps.peer_member_key). Sizes, not
+ * BTF types: libbpf cannot size the union inside struct bpf_devmap_val from BTF. */
 struct member_group {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, VTEP_SMALL_GROUP);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct bpf_devmap_val));
+};
+
+struct large_member_group {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
 	__uint(max_entries, VTEP_MAX_MEMBERS);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, sizeof(struct bpf_devmap_val));
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
-	__uint(max_entries, VTEP_MAX_VNIS);
-	__type(key, __u32);
-	__array(values, struct member_group);
-} vni_flood SEC(".maps");
+#define GROUP_MAP(name, group)                                                                                  \
+	struct {                                                                                                \
+		__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);                                                        \
+		__uint(max_entries, VTEP_MAX_VNIS);                                                             \
+		__type(key, __u32);                                                                             \
+		__array(values, struct group);                                                                  \
+	} name SEC(".maps")
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
-	__uint(max_entries, VTEP_MAX_VNIS);
-	__type(key, __u32);
-	__array(values, struct member_group);
-} vni_local SEC(".maps");
+/* Every member of a VNI (for frames from local ports), and local members only (for decapsulated frames). */
+GROUP_MAP(vni_flood, member_group);
+GROUP_MAP(vni_flood_large, large_member_group);
+GROUP_MAP(vni_local, member_group);
+GROUP_MAP(vni_local_large, large_member_group);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -85,7 +90,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, VTEP_MAX_PORTS * 64);
 	__type(key, struct vlan_key);
-	__type(value, __u32);
+	__type(value, struct vni_ref);
 } vlan_bindings SEC(".maps");
 
 struct {
@@ -110,21 +115,21 @@ struct {
 } peer_admission SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, VTEP_MAX_VNIS);
 	__type(key, __u32);
 	__type(value, struct traffic_stats);
 } vni_stats SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, VTEP_MAX_PORTS);
 	__type(key, __u32);
 	__type(value, struct traffic_stats);
 } port_stats SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, VTEP_MAX_PORTS);
 	__type(key, __u32);
 	__type(value, struct copy_state);
@@ -140,27 +145,17 @@ struct {
 } current_command SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
-	__uint(max_entries, 1024);
-	__type(key, struct template_key);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, VTEP_MAX_PORTS);
+	__type(key, __u32);
 	__type(value, struct outer_template);
 } header_cache SEC(".maps");
 
-static struct traffic_stats zero_stats;
+#define NO_VNI_SLOT 0xffff
 
-static __always_inline struct traffic_stats *stats_of(void *map, __u32 key)
+static __always_inline void count_rx(void *map, __u32 slot, __u64 bytes)
 {
-	struct traffic_stats *s = bpf_map_lookup_elem(map, &key);
-
-	if (s)
-		return s;
-	bpf_map_update_elem(map, &key, &zero_stats, BPF_NOEXIST);
-	return bpf_map_lookup_elem(map, &key);
-}
-
-static __always_inline void count_rx(void *map, __u32 key, __u64 bytes)
-{
-	struct traffic_stats *s = stats_of(map, key);
+	struct traffic_stats *s = bpf_map_lookup_elem(map, &slot);
 
 	if (s) {
 		s->rx_packets++;
@@ -168,9 +163,9 @@ static __always_inline void count_rx(void *map, __u32 key, __u64 bytes)
 	}
 }
 
-static __always_inline void count_tx(void *map, __u32 key, __u64 bytes)
+static __always_inline void count_tx(void *map, __u32 slot, __u64 bytes)
 {
-	struct traffic_stats *s = stats_of(map, key);
+	struct traffic_stats *s = bpf_map_lookup_elem(map, &slot);
 
 	if (s) {
 		s->tx_packets++;
@@ -178,18 +173,18 @@ static __always_inline void count_tx(void *map, __u32 key, __u64 bytes)
 	}
 }
 
-/* Count a drop on the port and, when known (non-zero), on the VNI; returns XDP_DROP. */
-static __always_inline int drop(__u32 ifindex, __u32 vni, enum drop_reason reason)
+/* Count a drop on the port and, when known, on the VNI; returns XDP_DROP. */
+static __always_inline int drop(__u32 port_slot, __u32 vni_slot, enum drop_reason reason)
 {
 	struct traffic_stats *s;
 
 	if (reason >= DROP_REASONS)
 		return XDP_DROP;
-	s = stats_of(&port_stats, ifindex);
+	s = bpf_map_lookup_elem(&port_stats, &port_slot);
 	if (s)
 		s->drops[reason]++;
-	if (vni) {
-		s = stats_of(&vni_stats, vni);
+	if (vni_slot != NO_VNI_SLOT) {
+		s = bpf_map_lookup_elem(&vni_stats, &vni_slot);
 		if (s)
 			s->drops[reason]++;
 	}
@@ -228,13 +223,14 @@ static __always_inline __u32 inner_flow_hash(void *data, void *data_end)
 	return h;
 }
 
-/* Classify a frame from a VLAN-aware port: only one 802.1Q tag with a bound VID; PCP and DEI stay untouched. */
-static __always_inline int trunk_vni(void *data, void *data_end, __u32 ifindex, __u32 *vni)
+/* Classify a frame from a VLAN-aware port: only one 802.1Q tag with a bound VID; PCP and DEI stay untouched.
+ * Returns -1 with *ref set, or the drop reason. */
+static __always_inline int trunk_vni(void *data, void *data_end, __u32 ifindex, struct vni_ref *ref)
 {
 	struct ethhdr *eth = data;
 	struct xf_vlan_hdr *tag = (void *)(eth + 1);
 	struct vlan_key key = { .ifindex = ifindex };
-	__u32 *bound;
+	struct vni_ref *bound;
 
 	if ((void *)(eth + 1) > data_end)
 		return DROP_MALFORMED;
@@ -252,29 +248,33 @@ static __always_inline int trunk_vni(void *data, void *data_end, __u32 ifindex, 
 	bound = bpf_map_lookup_elem(&vlan_bindings, &key);
 	if (!bound)
 		return DROP_VID_UNKNOWN;
-	*vni = *bound;
+	*ref = *bound;
 	return -1;
 }
 
 /* Hand the frame to every member of the VNI's group, with the command for their egress programs. */
-static __always_inline int replicate(struct xdp_md *ctx, void *groups, __u32 vni, __u32 ifindex, __u16 flags)
+static __always_inline int replicate(struct xdp_md *ctx, void *groups, void *large_groups, struct vni_ref *ref,
+				     struct port_config *port, __u32 ifindex, __u16 flags)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 zero = 0, inner_len = data_end - data;
 	struct command *cmd, *current;
-	void *group, *meta;
+	void *group;
 
-	group = bpf_map_lookup_elem(groups, &vni);
+	group = bpf_map_lookup_elem(groups, &ref->vni);
 	if (!group)
-		return drop(ifindex, vni, DROP_NO_GROUP);
+		group = bpf_map_lookup_elem(large_groups, &ref->vni);
+	if (!group)
+		return drop(port->slot, ref->vni_slot, DROP_NO_GROUP);
 	current = bpf_map_lookup_elem(&current_command, &zero);
 	if (!current)
 		return XDP_ABORTED;
-	count_rx(&vni_stats, vni, inner_len);
+	count_rx(&vni_stats, ref->vni_slot, inner_len);
 
 	current->magic = VTEP_COMMAND_MAGIC;
-	current->vni = vni;
+	current->vni = ref->vni;
+	current->vni_slot = ref->vni_slot;
 	current->seq++;
 	current->flow_hash = inner_flow_hash(data, data_end);
 	current->ingress_ifindex = ifindex;
@@ -283,8 +283,7 @@ static __always_inline int replicate(struct xdp_md *ctx, void *groups, __u32 vni
 
 	/* Native mode carries the command with the frame; generic mode gives egress no metadata (current_command). */
 	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*cmd)) == 0) {
-		meta = (void *)(long)ctx->data_meta;
-		cmd = meta;
+		cmd = (void *)(long)ctx->data_meta;
 		if ((void *)(cmd + 1) <= (void *)(long)ctx->data)
 			__builtin_memcpy(cmd, current, sizeof(*cmd));
 	}
@@ -299,6 +298,8 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 	struct xf_cursor c = { .pos = data };
 	struct port_vni_key member = { .ifindex = ifindex };
 	struct peer_addr_key sender;
+	struct port_vni *admitted;
+	struct vni_ref ref;
 	struct vxlanhdr *vxh;
 	struct ethhdr *eth;
 	struct udphdr *udp;
@@ -315,20 +316,23 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 		return XDP_PASS;
 	vxh = c.pos;
 	if ((void *)(vxh + 1) > data_end || !(vxh->flags & VXLAN_FLAG_VNI))
-		return drop(ifindex, 0, DROP_MALFORMED);
+		return drop(port->slot, NO_VNI_SLOT, DROP_MALFORMED);
 
 	member.vni = bpf_ntohl(vxh->vni) >> 8;
-	if (!bpf_map_lookup_elem(&port_vnis, &member))
-		return drop(ifindex, member.vni, DROP_NOT_ADMITTED);
+	admitted = bpf_map_lookup_elem(&port_vnis, &member);
+	if (!admitted)
+		return drop(port->slot, NO_VNI_SLOT, DROP_NOT_ADMITTED);
+	ref.vni = member.vni;
+	ref.vni_slot = admitted->vni_slot;
 	sender.vni = member.vni;
 	sender.addr = ip->saddr;
 	if (!bpf_map_lookup_elem(&peer_admission, &sender))
-		return drop(ifindex, member.vni, DROP_NOT_PEER);
+		return drop(port->slot, ref.vni_slot, DROP_NOT_PEER);
 
 	outer_len = (void *)(vxh + 1) - data;
 	if (bpf_xdp_adjust_head(ctx, outer_len))
-		return drop(ifindex, member.vni, DROP_MALFORMED);
-	return replicate(ctx, &vni_local, member.vni, ifindex, COMMAND_FROM_TUNNEL);
+		return drop(port->slot, ref.vni_slot, DROP_MALFORMED);
+	return replicate(ctx, &vni_local, &vni_local_large, &ref, port, ifindex, COMMAND_FROM_TUNNEL);
 }
 
 SEC("xdp")
@@ -338,29 +342,30 @@ int vtep_ingress(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 ifindex = ctx->ingress_ifindex;
 	struct port_config *port;
-	__u32 vni = 0;
+	struct vni_ref ref;
 	int reason;
 
 	port = bpf_map_lookup_elem(&port_config, &ifindex);
 	if (!port)
 		return XDP_PASS;
-	count_rx(&port_stats, ifindex, data_end - data);
+	count_rx(&port_stats, port->slot, data_end - data);
 
 	switch (port->kind) {
 	case PORT_TUNNEL:
 		return tunnel_ingress(ctx, port, ifindex);
 	case PORT_ACCESS:
-		vni = port->vni;
+		ref.vni = port->vni;
+		ref.vni_slot = port->vni_slot;
 		break;
 	case PORT_TRUNK:
-		reason = trunk_vni(data, data_end, ifindex, &vni);
+		reason = trunk_vni(data, data_end, ifindex, &ref);
 		if (reason >= 0)
-			return drop(ifindex, 0, reason);
+			return drop(port->slot, NO_VNI_SLOT, reason);
 		break;
 	default:
 		return XDP_PASS;
 	}
-	return replicate(ctx, &vni_flood, vni, ifindex, 0);
+	return replicate(ctx, &vni_flood, &vni_flood_large, &ref, port, ifindex, 0);
 }
 
 /* The command of this copy: from the metadata, which is then removed so no receiver sees it, or else from
@@ -384,53 +389,53 @@ static __always_inline int take_command(struct xdp_md *ctx, struct command *cmd)
 	return cmd->magic == VTEP_COMMAND_MAGIC ? 0 : -1;
 }
 
-/* Number this copy among the copies of its frame on this device. */
-static __always_inline __u32 copy_number(__u32 ifindex, __u32 seq)
+/* Number this copy among the copies of its frame on this port. */
+static __always_inline int copy_number(__u32 port_slot, __u32 seq, __u32 *copy)
 {
-	struct copy_state fresh = { .seq = seq, .next_copy = 1 };
-	struct copy_state *state = bpf_map_lookup_elem(&copy_state, &ifindex);
+	struct copy_state *state = bpf_map_lookup_elem(&copy_state, &port_slot);
 
-	if (!state) {
-		bpf_map_update_elem(&copy_state, &ifindex, &fresh, BPF_ANY);
-		return 0;
-	}
+	if (!state)
+		return -1;
 	if (state->seq != seq) {
 		state->seq = seq;
 		state->next_copy = 0;
 	}
-	return state->next_copy++;
+	*copy = state->next_copy++;
+	return 0;
 }
 
-static __always_inline struct outer_template *outer_template(__u32 vni, __u32 inner_len)
+static __always_inline struct outer_template *outer_template(__u32 port_slot, __u32 vni, __u32 inner_len)
 {
-	struct template_key key = { .vni = vni, .inner_len = inner_len };
-	struct outer_template *t = bpf_map_lookup_elem(&header_cache, &key);
-	struct outer_template fresh = {};
-	__u16 *w = (__u16 *)((void *)&fresh.hdr + sizeof(struct ethhdr));
+	struct outer_template *t = bpf_map_lookup_elem(&header_cache, &port_slot);
+	__u16 *w;
 
-	/* An element that another CPU created is all zeros in this CPU's slot: build it here too. */
-	if (t && t->hdr.eth.h_proto)
+	if (!t)
+		return NULL;
+	if (t->vni == vni && t->inner_len == inner_len)
 		return t;
-	fresh.hdr.eth.h_proto = bpf_htons(ETH_P_IP);
-	fresh.hdr.ip.version = 4;
-	fresh.hdr.ip.ihl = 5;
-	fresh.hdr.ip.ttl = OUTER_TTL;
-	fresh.hdr.ip.protocol = IPPROTO_UDP;
-	fresh.hdr.ip.frag_off = bpf_htons(0x4000); /* DF: the underlay MTU was checked, never fragment */
-	fresh.hdr.ip.tot_len = bpf_htons(inner_len + VXLAN_OVERHEAD - sizeof(struct ethhdr));
-	fresh.hdr.udp.dest = bpf_htons(VXLAN_PORT);
-	fresh.hdr.udp.len = bpf_htons(inner_len + sizeof(struct udphdr) + sizeof(struct vxlanhdr));
-	fresh.hdr.vxlan.flags = VXLAN_FLAG_VNI;
-	fresh.hdr.vxlan.vni = bpf_htonl(vni << 8);
-	fresh.ip_csum_partial = (__u32)w[0] + w[1] + w[2] + w[3] + w[4];
-	bpf_map_update_elem(&header_cache, &key, &fresh, BPF_ANY);
-	return bpf_map_lookup_elem(&header_cache, &key);
+	t->vni = vni;
+	t->inner_len = inner_len;
+	__builtin_memset(&t->hdr, 0, sizeof(t->hdr));
+	t->hdr.eth.h_proto = bpf_htons(ETH_P_IP);
+	t->hdr.ip.version = 4;
+	t->hdr.ip.ihl = 5;
+	t->hdr.ip.ttl = OUTER_TTL;
+	t->hdr.ip.protocol = IPPROTO_UDP;
+	t->hdr.ip.frag_off = bpf_htons(0x4000); /* DF: the underlay MTU was checked, never fragment */
+	t->hdr.ip.tot_len = bpf_htons(inner_len + VXLAN_OVERHEAD - sizeof(struct ethhdr));
+	t->hdr.udp.dest = bpf_htons(VXLAN_PORT);
+	t->hdr.udp.len = bpf_htons(inner_len + sizeof(struct udphdr) + sizeof(struct vxlanhdr));
+	t->hdr.vxlan.flags = VXLAN_FLAG_VNI;
+	t->hdr.vxlan.vni = bpf_htonl(vni << 8);
+	w = (__u16 *)((void *)&t->hdr + sizeof(struct ethhdr));
+	t->ip_csum_partial = (__u32)w[0] + w[1] + w[2] + w[3] + w[4];
+	return t;
 }
 
 static __always_inline int encapsulate(struct xdp_md *ctx, struct port_config *port, struct peer *peer,
 				       struct command *cmd)
 {
-	struct outer_template *t = outer_template(cmd->vni, cmd->inner_len);
+	struct outer_template *t = outer_template(port->slot, cmd->vni, cmd->inner_len);
 	struct outer_hdr *outer;
 	void *data, *data_end;
 	__u32 sum;
@@ -471,50 +476,49 @@ int vtep_egress(struct xdp_md *ctx)
 	struct peer *peer;
 	void *data, *data_end;
 
-	if (take_command(ctx, &cmd))
-		return drop(ifindex, 0, DROP_BAD_COMMAND);
 	port = bpf_map_lookup_elem(&port_config, &ifindex);
 	if (!port)
-		return drop(ifindex, cmd.vni, DROP_NOT_MEMBER);
-	member.vni = cmd.vni;
+		return XDP_DROP; /* not a VTEP port (any more): nothing to count it on */
+	if (take_command(ctx, &cmd))
+		return drop(port->slot, NO_VNI_SLOT, DROP_BAD_COMMAND);
 
 	switch (port->kind) {
-	case PORT_ACCESS:
-		if (!bpf_map_lookup_elem(&port_vnis, &member))
-			return drop(ifindex, cmd.vni, DROP_NOT_MEMBER);
+	case PORT_ACCESS: /* the group is the membership: an access copy leaves as it came */
 		break;
 	case PORT_TRUNK:
+		member.vni = cmd.vni;
 		binding = bpf_map_lookup_elem(&port_vnis, &member);
 		if (!binding)
-			return drop(ifindex, cmd.vni, DROP_NOT_MEMBER);
+			return drop(port->slot, cmd.vni_slot, DROP_NOT_MEMBER);
 		data = (void *)(long)ctx->data;
 		data_end = (void *)(long)ctx->data_end;
 		eth = data;
 		tag = (void *)(eth + 1);
 		if ((void *)(tag + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_8021Q) ||
 		    (bpf_ntohs(tag->tci) & XF_VLAN_VID_MASK) != binding->vid)
-			return drop(ifindex, cmd.vni, DROP_VID_MISMATCH);
+			return drop(port->slot, cmd.vni_slot, DROP_VID_MISMATCH);
 		break;
 	case PORT_TUNNEL:
 		if (cmd.flags & COMMAND_FROM_TUNNEL)
-			return drop(ifindex, cmd.vni, DROP_SPLIT_HORIZON);
+			return drop(port->slot, cmd.vni_slot, DROP_SPLIT_HORIZON);
 		which.vni = cmd.vni;
-		which.copy = copy_number(ifindex, cmd.seq);
+		if (copy_number(port->slot, cmd.seq, &which.copy))
+			return drop(port->slot, cmd.vni_slot, DROP_NO_PEER);
 		peer = bpf_map_lookup_elem(&tunnel_peers, &which);
 		if (!peer)
-			return drop(ifindex, cmd.vni, DROP_NO_PEER);
+			return drop(port->slot, cmd.vni_slot, DROP_NO_PEER);
 		if (cmd.inner_len + VXLAN_OVERHEAD - sizeof(struct ethhdr) > port->mtu)
-			return drop(ifindex, cmd.vni, DROP_MTU);
+			return drop(port->slot, cmd.vni_slot, DROP_MTU);
 		if (encapsulate(ctx, port, peer, &cmd))
-			return drop(ifindex, cmd.vni, DROP_MALFORMED);
+			return drop(port->slot, cmd.vni_slot, DROP_MALFORMED);
 		break;
 	default:
-		return drop(ifindex, cmd.vni, DROP_NOT_MEMBER);
+		return drop(port->slot, cmd.vni_slot, DROP_NOT_MEMBER);
 	}
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	count_tx(&port_stats, ifindex, data_end - data);
-	count_tx(&vni_stats, cmd.vni, data_end - data);
+	count_tx(&port_stats, port->slot, data_end - data);
+	count_tx(&vni_stats, cmd.vni_slot, data_end - data);
 	return XDP_PASS;
 }
 

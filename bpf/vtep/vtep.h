@@ -15,6 +15,9 @@
 #define VTEP_MAX_PORTS 256
 #define VTEP_MAX_VNIS 4096
 #define VTEP_MAX_MEMBERS 256 /* devmap entries per VNI: local ports plus remote peers */
+/* Broadcast walks every bucket of a DEVMAP_HASH, so a group's capacity costs per frame: groups of up to
+ * VTEP_SMALL_GROUP members live in maps of that size (vni_flood, vni_local), larger ones in *_large maps. */
+#define VTEP_SMALL_GROUP 16
 
 enum port_kind {
 	PORT_NONE = 0,
@@ -23,16 +26,25 @@ enum port_kind {
 	PORT_TUNNEL = 3, /* VXLAN underlay: decap on ingress, encap per peer on egress */
 };
 
-/* port_config[ifindex] */
+/* port_config[ifindex]. Slots are small indexes that user space assigns, so that per-port and per-VNI state
+ * lives in arrays (an index, not a hash lookup, on the per-copy path). */
 struct port_config {
-	__u32 kind;     /* enum port_kind */
-	__u32 vni;      /* PORT_ACCESS: the port's VNI */
+	__u32 kind;      /* enum port_kind */
+	__u32 vni;       /* PORT_ACCESS: the port's VNI */
 	__be32 local_ip; /* PORT_TUNNEL: outer source address */
-	__u16 mtu;      /* the interface's MTU: tunnel copies longer than this are dropped */
-	__u8 mac[6];    /* PORT_TUNNEL: outer source MAC */
+	__u16 mtu;       /* the interface's MTU: tunnel copies longer than this are dropped */
+	__u8 mac[6];     /* PORT_TUNNEL: outer source MAC */
+	__u16 slot;      /* index in port_stats, copy_state and header_cache */
+	__u16 vni_slot;  /* PORT_ACCESS: its VNI's index in vni_stats */
 };
 
-/* vlan_bindings[{ifindex, vid}] = vni */
+/* vlan_bindings values: a VNI and its slot */
+struct vni_ref {
+	__u32 vni;
+	__u32 vni_slot;
+};
+
+/* vlan_bindings[{ifindex, vid}] = struct vni_ref */
 struct vlan_key {
 	__u32 ifindex;
 	__u16 vid;
@@ -48,8 +60,8 @@ struct port_vni_key {
 };
 
 struct port_vni {
-	__u16 vid; /* trunk: the VID of this VNI on the port; access: 0 */
-	__u16 pad;
+	__u16 vid;      /* trunk: the VID of this VNI on the port; otherwise 0 */
+	__u16 vni_slot; /* the VNI's index in vni_stats */
 };
 
 /* tunnel_peers[{vni, ifindex, copy}]: the remote VTEP that the copy-th copy of a frame on this tunnel port gets.
@@ -87,7 +99,8 @@ struct command {
 	__u32 ingress_ifindex;
 	__u16 inner_len;
 	__u16 flags;
-	__u32 reserved[2];
+	__u16 vni_slot;
+	__u16 reserved[3];
 };
 
 /* Drop reasons, counted per port and, where the VNI is known, per VNI. */
@@ -117,7 +130,7 @@ struct traffic_stats {
 	__u64 drops[DROP_REASONS];
 };
 
-/* copy_state[egress ifindex], per CPU: the frame whose copies are being numbered and the next copy number. */
+/* copy_state[port slot], per CPU: the frame whose copies are being numbered and the next copy number. */
 struct copy_state {
 	__u32 seq;
 	__u32 next_copy;

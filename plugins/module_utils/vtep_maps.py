@@ -4,9 +4,9 @@
 contents compiled from a validated configuration, what the pinned maps hold now, and the difference.
 
 Following a VNI from the inventory: vtep_config.validate() gives Vni(vni=100, access_ports=("acc100",), ...);
-compile_desired() turns it into port_vnis[{100, ifindex(acc100)}], vni_flood[100] = {ifindex(acc100): ...} and
-so on; diff() compares that with read_current(); apply() writes the difference, members added before others are
-removed, and words() says it the way a network engineer reads it.
+compile_desired() turns it into port_vnis[{100, ifindex(acc100)}], the flood group of VNI 100 = {ifindex(acc100):
+...} and so on; diff() compares that with VtepMaps.read(); Writer.apply() writes the difference, members added
+before others are removed, and words() says it the way a network engineer reads it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import
 
 PORT_ACCESS, PORT_TRUNK, PORT_TUNNEL = 1, 2, 3
 PORT_KINDS = {PORT_ACCESS: "access", PORT_TRUNK: "trunk", PORT_TUNNEL: "tunnel"}
+VTEP_MAX_PORTS = 256
+VTEP_MAX_VNIS = 4096
 VTEP_MAX_MEMBERS = 256
+VTEP_SMALL_GROUP = 16
 PEER_MEMBER_BIT = 1 << 31
 DROP_REASONS = (
     "malformed",
@@ -50,7 +53,13 @@ class PortConfig(ctypes.Structure):
         ("local_ip", ctypes.c_uint32),  # network order
         ("mtu", ctypes.c_uint16),
         ("mac", ctypes.c_uint8 * 6),
+        ("slot", ctypes.c_uint16),
+        ("vni_slot", ctypes.c_uint16),
     ]
+
+
+class VniRef(ctypes.Structure):
+    _fields_ = [("vni", ctypes.c_uint32), ("vni_slot", ctypes.c_uint32)]
 
 
 class VlanKey(ctypes.Structure):
@@ -62,7 +71,7 @@ class PortVniKey(ctypes.Structure):
 
 
 class PortVni(ctypes.Structure):
-    _fields_ = [("vid", ctypes.c_uint16), ("pad", ctypes.c_uint16)]
+    _fields_ = [("vid", ctypes.c_uint16), ("vni_slot", ctypes.c_uint16)]
 
 
 class PeerKey(ctypes.Structure):
@@ -97,7 +106,7 @@ LAYOUTS = {
     layout.map_name: layout
     for layout in (
         MapLayout("port_config", ctypes.c_uint32, PortConfig),
-        MapLayout("vlan_bindings", VlanKey, ctypes.c_uint32),
+        MapLayout("vlan_bindings", VlanKey, VniRef),
         MapLayout("port_vnis", PortVniKey, PortVni),
         MapLayout("tunnel_peers", PeerKey, PeerValue),
         MapLayout("peer_admission", PeerAddrKey, ctypes.c_uint32),
@@ -105,7 +114,22 @@ LAYOUTS = {
         MapLayout("port_stats", ctypes.c_uint32, TrafficStats),
     )
 }
-GROUP_MAPS = ("vni_flood", "vni_local")  # HASH_OF_MAPS: VNI -> DEVMAP_HASH of members (sizes only, no BTF)
+CONFIG_MAPS = ("port_config", "vlan_bindings", "port_vnis", "tunnel_peers", "peer_admission")
+# HASH_OF_MAPS: VNI -> DEVMAP_HASH of members (sizes only, no BTF). "flood" groups serve frames from local ports,
+# "local" groups (local members only: split horizon) decapsulated ones. Broadcast walks every bucket of a group,
+# so groups of up to VTEP_SMALL_GROUP members live in the small maps.
+GROUP_MAPS = {
+    ("flood", "small"): "vni_flood",
+    ("flood", "large"): "vni_flood_large",
+    ("local", "small"): "vni_local",
+    ("local", "large"): "vni_local_large",
+}
+GROUP_CAPACITY = {"small": VTEP_SMALL_GROUP, "large": VTEP_MAX_MEMBERS}
+MAP_NAMES = (*LAYOUTS, *GROUP_MAPS.values())
+
+
+def group_class(members: dict) -> str:
+    return "small" if len(members) <= VTEP_SMALL_GROUP else "large"
 
 
 def ip_be(address: str) -> int:
@@ -125,6 +149,10 @@ def mac_str(raw) -> str:
     return ":".join(f"{b:02x}" for b in bytes(raw))
 
 
+def u32(value: int) -> bytes:
+    return value.to_bytes(4, "little")
+
+
 def peer_member_key(ifindex: int, copy: int) -> int:
     """The devmap key of a remote peer's entry: one entry per copy a tunnel port sends of each frame."""
     return PEER_MEMBER_BIT | (ifindex << 16) | copy
@@ -142,49 +170,80 @@ class Port:
 
 @dataclass
 class MapContents:
-    """Map name -> {key bytes: value bytes} for plain maps; group name -> {vni: {member key: ifindex}}."""
+    """Config map name -> {key bytes: value bytes}; groups: "flood"/"local" -> {vni: {member key: ifindex}};
+    where: (group kind, vni) -> "small"/"large", the map a group lives in."""
 
-    entries: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
-    groups: dict[str, dict[int, dict[int, int]]] = field(default_factory=dict)
+    entries: dict[str, dict[bytes, bytes]] = field(default_factory=lambda: {name: {} for name in CONFIG_MAPS})
+    groups: dict[str, dict[int, dict[int, int]]] = field(default_factory=lambda: {"flood": {}, "local": {}})
+    where: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    def port_slots(self) -> dict[int, int]:
+        return {
+            int.from_bytes(k, "little"): PortConfig.from_buffer_copy(v).slot
+            for k, v in self.entries["port_config"].items()
+        }
+
+    def vni_slots(self) -> dict[int, int]:
+        return {
+            PortVniKey.from_buffer_copy(k).vni: PortVni.from_buffer_copy(v).vni_slot
+            for k, v in self.entries["port_vnis"].items()
+        }
 
 
-def compile_desired(config: VtepConfig, ports: dict[str, Port], peer_macs: dict[tuple[int, str], str]) -> MapContents:
-    """The map contents that realise a configuration. peer_macs: (vni, peer ip) -> next-hop MAC."""
-    out = MapContents(
-        entries={name: {} for name in ("port_config", "vlan_bindings", "port_vnis", "tunnel_peers", "peer_admission")},
-        groups={name: {} for name in GROUP_MAPS},
-    )
+def assign_slots(wanted, current: dict[int, int], capacity: int) -> dict[int, int]:
+    """Slots for the wanted keys: the ones they have now, the smallest free ones for newcomers."""
+    slots = {key: slot for key, slot in current.items() if key in wanted}
+    free = iter(sorted(set(range(capacity)) - set(slots.values())))
+    for key in sorted(wanted):
+        if key not in slots:
+            slots[key] = next(free)
+    return slots
+
+
+def compile_desired(
+    config: VtepConfig, ports: dict[str, Port], peer_macs: dict[tuple[int, str], str], current: MapContents
+) -> MapContents:
+    """The map contents that realise a configuration. peer_macs: (vni, peer ip) -> next-hop MAC. Ports and VNIs
+    keep the counter slots they have in `current`."""
+    out = MapContents()
+    used_ports = {t.port for t in config.tunnel_ports}
+    for vni in config.vnis:
+        used_ports.update(vni.access_ports, (t.port for t in vni.trunks))
+    port_slot = assign_slots({ports[n].ifindex for n in used_ports}, current.port_slots(), VTEP_MAX_PORTS)
+    vni_slot = assign_slots({v.vni for v in config.vnis}, current.vni_slots(), VTEP_MAX_VNIS)
 
     def put(map_name: str, key, value) -> None:
         out.entries[map_name][bytes(key)] = bytes(value)
 
-    local_ip = {}
+    def port_config(port: Port, **fields) -> PortConfig:
+        return PortConfig(mtu=port.mtu, slot=port_slot[port.ifindex], **fields)
+
     for tunnel in config.tunnel_ports:
         port = ports[tunnel.port]
-        local_ip[tunnel.port] = tunnel.local_ip
+        mac = (ctypes.c_uint8 * 6)(*mac_bytes(port.mac))
         put(
             "port_config",
             ctypes.c_uint32(port.ifindex),
-            PortConfig(
-                kind=PORT_TUNNEL,
-                local_ip=ip_be(tunnel.local_ip),
-                mtu=port.mtu,
-                mac=(ctypes.c_uint8 * 6)(*mac_bytes(port.mac)),
-            ),
+            port_config(port, kind=PORT_TUNNEL, local_ip=ip_be(tunnel.local_ip), mac=mac),
         )
     for vni in config.vnis:
-        flood = out.groups["vni_flood"].setdefault(vni.vni, {})
-        local = out.groups["vni_local"].setdefault(vni.vni, {})
+        slot = vni_slot[vni.vni]
+        flood = out.groups["flood"].setdefault(vni.vni, {})
+        local = out.groups["local"].setdefault(vni.vni, {})
         for name in vni.access_ports:
             port = ports[name]
-            put("port_config", ctypes.c_uint32(port.ifindex), PortConfig(kind=PORT_ACCESS, vni=vni.vni, mtu=port.mtu))
-            put("port_vnis", PortVniKey(vni.vni, port.ifindex), PortVni())
+            put(
+                "port_config",
+                ctypes.c_uint32(port.ifindex),
+                port_config(port, kind=PORT_ACCESS, vni=vni.vni, vni_slot=slot),
+            )
+            put("port_vnis", PortVniKey(vni.vni, port.ifindex), PortVni(vni_slot=slot))
             flood[port.ifindex] = local[port.ifindex] = port.ifindex
         for trunk in vni.trunks:
             port = ports[trunk.port]
-            put("port_config", ctypes.c_uint32(port.ifindex), PortConfig(kind=PORT_TRUNK, mtu=port.mtu))
-            put("vlan_bindings", VlanKey(port.ifindex, trunk.vid), ctypes.c_uint32(vni.vni))
-            put("port_vnis", PortVniKey(vni.vni, port.ifindex), PortVni(vid=trunk.vid))
+            put("port_config", ctypes.c_uint32(port.ifindex), port_config(port, kind=PORT_TRUNK))
+            put("vlan_bindings", VlanKey(port.ifindex, trunk.vid), VniRef(vni.vni, slot))
+            put("port_vnis", PortVniKey(vni.vni, port.ifindex), PortVni(vid=trunk.vid, vni_slot=slot))
             flood[port.ifindex] = local[port.ifindex] = port.ifindex
         copies: dict[str, int] = {}
         for peer in vni.peers:  # validated order: by (via, ip), so copy numbers are stable between runs
@@ -192,7 +251,7 @@ def compile_desired(config: VtepConfig, ports: dict[str, Port], peer_macs: dict[
             copy = copies.get(peer.via, 0)
             copies[peer.via] = copy + 1
             mac = peer.mac or peer_macs[(vni.vni, peer.ip)]
-            put("port_vnis", PortVniKey(vni.vni, port.ifindex), PortVni())  # admits the VNI on the tunnel port
+            put("port_vnis", PortVniKey(vni.vni, port.ifindex), PortVni(vni_slot=slot))  # admits the VNI there
             put(
                 "tunnel_peers",
                 PeerKey(vni.vni, port.ifindex, copy),
@@ -200,7 +259,14 @@ def compile_desired(config: VtepConfig, ports: dict[str, Port], peer_macs: dict[
             )
             put("peer_admission", PeerAddrKey(vni.vni, ip_be(peer.ip)), ctypes.c_uint32(1))
             flood[peer_member_key(port.ifindex, copy)] = port.ifindex
+        if not local:
+            del out.groups["local"][vni.vni]
     return out
+
+
+def _inner(group_ref: bytes) -> libbpf.Map:
+    """A member group by the id the outer map returns; the caller closes its fd."""
+    return libbpf.Map.from_fd(libbpf.map_fd_by_id(int.from_bytes(group_ref, "little")))
 
 
 class VtepMaps:
@@ -211,44 +277,53 @@ class VtepMaps:
 
     def read(self) -> MapContents:
         out = MapContents()
-        for name in ("port_config", "vlan_bindings", "port_vnis", "tunnel_peers", "peer_admission"):
+        for name in CONFIG_MAPS:
             out.entries[name] = dict(self.maps[name].dump())
-        for name in GROUP_MAPS:
-            out.groups[name] = {}
-            for raw_vni, raw_inner in self.maps[name].dump():
+        for (kind, size), name in GROUP_MAPS.items():
+            for raw_vni, ref in self.maps[name].dump():
                 vni = int.from_bytes(raw_vni, "little")
-                inner_fd = libbpf.map_fd_by_id(int.from_bytes(raw_inner, "little"))
+                inner = _inner(ref)
                 try:
-                    inner = libbpf.Map.from_fd(inner_fd)
-                    out.groups[name][vni] = {
+                    members = {
                         int.from_bytes(k, "little"): DevmapVal.from_buffer_copy(v).ifindex for k, v in inner.dump()
                     }
                 finally:
-                    libbpf.close_fd(inner_fd)
+                    libbpf.close_fd(inner.fd)
+                out.groups[kind][vni] = members
+                out.where[(kind, vni)] = size
         return out
 
     def egress_prog_ids(self) -> set[int]:
         """Ids of the egress programs the members run now."""
         ids = set()
-        for name in GROUP_MAPS:
-            for _, raw_inner in self.maps[name].dump():
-                inner_fd = libbpf.map_fd_by_id(int.from_bytes(raw_inner, "little"))
+        for name in GROUP_MAPS.values():
+            for _, ref in self.maps[name].dump():
+                inner = _inner(ref)
                 try:
-                    ids.update(DevmapVal.from_buffer_copy(v).prog for _, v in libbpf.Map.from_fd(inner_fd).dump())
+                    ids.update(DevmapVal.from_buffer_copy(v).prog for _, v in inner.dump())
                 finally:
-                    libbpf.close_fd(inner_fd)
+                    libbpf.close_fd(inner.fd)
         return ids
 
 
 @dataclass
-class MapDiff:
-    """Entries to write and to delete per map; group members to add and remove per VNI."""
+class GroupChange:
+    kind: str  # flood or local
+    vni: int
+    size: str  # the map class the group lives in after the change
+    adds: dict[int, int]  # member key -> ifindex (all members when the group is new or moves)
+    removes: list[int]
+    moved_from: str | None = None  # the class it leaves, when its member count crossed VTEP_SMALL_GROUP
 
+
+@dataclass
+class MapDiff:
     upserts: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     deletes: dict[str, list[bytes]] = field(default_factory=dict)
-    member_adds: dict[str, dict[int, dict[int, int]]] = field(default_factory=dict)
-    member_removes: dict[str, dict[int, list[int]]] = field(default_factory=dict)
-    groups_removed: dict[str, list[int]] = field(default_factory=dict)
+    groups: list[GroupChange] = field(default_factory=list)
+    groups_removed: list[tuple[str, int, str]] = field(default_factory=list)  # (kind, vni, size)
+    fresh_port_slots: list[int] = field(default_factory=list)
+    fresh_vni_slots: list[int] = field(default_factory=list)
     rewire_egress: bool = False  # every member must move to a new egress program
 
     @property
@@ -256,9 +331,8 @@ class MapDiff:
         return not (
             any(self.upserts.values())
             or any(self.deletes.values())
-            or any(self.member_adds.values())
-            or any(self.member_removes.values())
-            or any(self.groups_removed.values())
+            or self.groups
+            or self.groups_removed
             or self.rewire_egress
         )
 
@@ -269,19 +343,22 @@ def diff(current: MapContents, desired: MapContents) -> MapDiff:
         have = current.entries.get(name, {})
         d.upserts[name] = {k: v for k, v in want.items() if have.get(k) != v}
         d.deletes[name] = [k for k in have if k not in want]
-    for name, want_groups in desired.groups.items():
-        have_groups = current.groups.get(name, {})
-        d.member_adds[name] = {}
-        d.member_removes[name] = {}
+    for kind, want_groups in desired.groups.items():
+        have_groups = current.groups[kind]
         for vni, members in want_groups.items():
-            have = have_groups.get(vni, {})
+            size = group_class(members)
+            have = have_groups.get(vni)
+            was = current.where.get((kind, vni))
+            if have is None or was != size:
+                d.groups.append(GroupChange(kind, vni, size, dict(members), [], moved_from=was))
+                continue
             adds = {k: v for k, v in members.items() if have.get(k) != v}
             removes = [k for k in have if k not in members]
-            if adds or vni not in have_groups:
-                d.member_adds[name][vni] = adds
-            if removes:
-                d.member_removes[name][vni] = removes
-        d.groups_removed[name] = [vni for vni in have_groups if vni not in want_groups]
+            if adds or removes:
+                d.groups.append(GroupChange(kind, vni, size, adds, removes))
+        d.groups_removed += [(kind, vni, current.where[(kind, vni)]) for vni in have_groups if vni not in want_groups]
+    d.fresh_port_slots = sorted(set(desired.port_slots().values()) - set(current.port_slots().values()))
+    d.fresh_vni_slots = sorted(set(desired.vni_slots().values()) - set(current.vni_slots().values()))
     return d
 
 
@@ -297,8 +374,8 @@ class Writer:
 
     def _put(self, name: str, key: bytes, value: bytes) -> None:
         old = self.current.entries.get(name, {}).get(key)
-        self.maps[name].update(key, value)
         m = self.maps[name]
+        m.update(key, value)
         self.undo.append(lambda: m.update(key, old) if old is not None else m.delete(key))
 
     def _delete(self, name: str, key: bytes) -> None:
@@ -307,71 +384,103 @@ class Writer:
         m.delete(key)
         self.undo.append(lambda: m.update(key, old))
 
-    def _group(self, name: str, vni: int) -> libbpf.Map:
-        """The VNI's member devmap, created and inserted into the outer map when missing."""
-        outer = self.maps[name]
-        key = vni.to_bytes(4, "little")
-        found = outer.lookup(key)
+    def _group(self, kind: str, size: str, vni: int) -> tuple[libbpf.Map, bool]:
+        """The VNI's member group in the map of its size class, and whether it is new (not yet published)."""
+        found = self.maps[GROUP_MAPS[(kind, size)]].lookup(u32(vni))
         if found is not None:
-            fd = libbpf.map_fd_by_id(int.from_bytes(found, "little"))
+            group = _inner(found)
         else:
-            fd = libbpf.map_create(BPF_MAP_TYPE_DEVMAP_HASH, f"vni{vni}", 4, 8, VTEP_MAX_MEMBERS)
-            outer.update(key, fd.to_bytes(4, "little"))
-            self.undo.append(lambda: outer.delete(key))
-        self._open.append(fd)
-        return libbpf.Map.from_fd(fd)
+            fd = libbpf.map_create(BPF_MAP_TYPE_DEVMAP_HASH, f"{kind}{vni}", 4, 8, GROUP_CAPACITY[size])
+            group = libbpf.Map.from_fd(fd)
+        self._open.append(group.fd)
+        return group, found is None
+
+    def _publish(self, kind: str, size: str, vni: int, group: libbpf.Map) -> None:
+        outer, key = self.maps[GROUP_MAPS[(kind, size)]], u32(vni)
+        outer.update(key, u32(group.fd))
+        self.undo.append(lambda: outer.delete(key))
 
     def _member(self, group: libbpf.Map, member: int, ifindex: int) -> None:
-        key = member.to_bytes(4, "little")
+        key = u32(member)
         old = group.lookup(key)
         group.update(key, bytes(DevmapVal(ifindex, self.egress_fd)))
         if old is None:
             self.undo.append(lambda: group.delete(key))
-        # An old entry's program is referenced by id in what the kernel returns; it cannot be written back by fd,
-        # so undoing a changed member leaves it on the new egress program, which serves the old entries as well.
+        # A changed member's old program is known by id only and cannot be written back by fd; undoing leaves it
+        # on the new egress program, which serves the old entries as well.
+
+    def _remove_member(self, group: libbpf.Map, change: GroupChange, member: int) -> None:
+        key = u32(member)
+        readd = bytes(DevmapVal(self.current.groups[change.kind][change.vni][member], self.egress_fd))
+        group.delete(key)
+        self.undo.append(lambda: group.update(key, readd))
+
+    def _zero(self, name: str, slots: list[int]) -> None:
+        m = self.maps[name]
+        zeros = bytes(m.value_buffer_size)
+        for slot in slots:
+            m.update(u32(slot), zeros)
 
     def apply(self, d: MapDiff, desired: MapContents) -> None:
         try:
-            # Make before break: configuration entries first, then members in, then members out, then removals.
+            # Make before break: fresh counters, configuration entries, members in; then members out, removals.
+            self._zero("port_stats", d.fresh_port_slots)
+            self._zero("vni_stats", d.fresh_vni_slots)
             for name, entries in d.upserts.items():
                 for key, value in entries.items():
                     self._put(name, key, value)
-            for name in GROUP_MAPS:
-                vnis = desired.groups[name] if d.rewire_egress else d.member_adds[name]
-                for vni, members in vnis.items():
-                    group = self._group(name, vni)
-                    for member, ifindex in members.items():
-                        self._member(group, member, ifindex)
-            for name in GROUP_MAPS:
-                for vni, members in d.member_removes[name].items():
-                    group = self._group(name, vni)
-                    for member in members:
-                        key = member.to_bytes(4, "little")
-                        ifindex = self.current.groups[name][vni][member]
-                        group.delete(key)
-                        readd = bytes(DevmapVal(ifindex, self.egress_fd))
-                        self.undo.append(lambda g=group, k=key, v=readd: g.update(k, v))
-                for vni in d.groups_removed[name]:
-                    self.maps[name].delete(vni.to_bytes(4, "little"))
+            changes = d.groups
+            if d.rewire_egress:
+                touched = {(c.kind, c.vni) for c in changes}
+                changes = changes + [
+                    GroupChange(kind, vni, group_class(members), dict(members), [])
+                    for kind, groups in desired.groups.items()
+                    for vni, members in groups.items()
+                    if (kind, vni) not in touched
+                ]
+            for change in changes:
+                group, new = self._group(change.kind, change.size, change.vni)
+                for member, ifindex in change.adds.items():
+                    self._member(group, member, ifindex)
+                if new:  # a new group goes live only when complete
+                    self._publish(change.kind, change.size, change.vni, group)
+            for change in changes:
+                if change.moved_from:
+                    self.maps[GROUP_MAPS[(change.kind, change.moved_from)]].delete(u32(change.vni))
+                    continue
+                group, _ = self._group(change.kind, change.size, change.vni)
+                for member in change.removes:
+                    self._remove_member(group, change, member)
+            for kind, vni, size in d.groups_removed:
+                self.maps[GROUP_MAPS[(kind, size)]].delete(u32(vni))
             for name, keys in d.deletes.items():
                 for key in keys:
                     self._delete(name, key)
         except (libbpf.LibbpfError, ValueError):
             self.rollback()
             raise
-        finally:
-            for fd in self._open:
-                libbpf.close_fd(fd)
 
     def rollback(self) -> None:
+        """Undo what apply() wrote; also after apply() returned, when a later step (the attach) failed."""
         for step in reversed(self.undo):
             with contextlib.suppress(libbpf.LibbpfError):  # best effort: the error that made us roll back is reported
                 step()
         self.undo.clear()
 
+    def close(self) -> None:
+        for fd in self._open:
+            libbpf.close_fd(fd)
+        self._open.clear()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 def describe(contents: MapContents, names: dict[int, str]) -> dict[int, set[str]]:
-    """What a VTEP's maps say, per VNI, in words: members and peers."""
+    """What a VTEP's maps say, per VNI, in words: members and peers (VNI 0: the VTEP's tunnel ports)."""
 
     def name(ifindex: int) -> str:
         return names.get(ifindex, f"ifindex {ifindex}")
@@ -394,10 +503,8 @@ def describe(contents: MapContents, names: dict[int, str]) -> dict[int, set[str]
         peer = PeerValue.from_buffer_copy(raw_value)
         said = f"peer {ip_str(peer.remote_ip)} via {name(key.ifindex)} ({mac_str(peer.mac)})"
         out.setdefault(key.vni, set()).add(said)
-    for raw_key, raw_value in contents.entries["port_config"].items():
-        port = PortConfig.from_buffer_copy(raw_value)
+    for ifindex, port in ports.items():
         if port.kind == PORT_TUNNEL:
-            ifindex = int.from_bytes(raw_key, "little")
             out.setdefault(0, set()).add(f"tunnel port {name(ifindex)} local {ip_str(port.local_ip)} MTU {port.mtu}")
     return out
 
@@ -413,17 +520,20 @@ def words(current: MapContents, desired: MapContents, names: dict[int, str]) -> 
     return lines
 
 
-def counters(maps: dict[str, libbpf.Map], names: dict[int, str]) -> dict:
-    """The per-VNI and per-port counters, summed over CPUs, with drops by reason (non-zero only)."""
+def counters(maps: dict[str, libbpf.Map], contents: MapContents, names: dict[int, str]) -> dict:
+    """Per-VNI and per-port counters, summed over CPUs, with drops by reason (non-zero only)."""
 
     def total(stats: list[TrafficStats]) -> dict:
         out = {f: sum(getattr(s, f) for s in stats) for f in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")}
         out["drops"] = {reason: n for i, reason in enumerate(DROP_REASONS) if (n := sum(s.drops[i] for s in stats))}
         return out
 
-    result = {"vnis": {}, "ports": {}}
-    for key, stats in TypedMap(maps["vni_stats"], LAYOUTS["vni_stats"]).items():
-        result["vnis"][key.value] = total(stats)
-    for key, stats in TypedMap(maps["port_stats"], LAYOUTS["port_stats"]).items():
-        result["ports"][names.get(key.value, str(key.value))] = total(stats)
-    return result
+    vni_stats = TypedMap(maps["vni_stats"], LAYOUTS["vni_stats"])
+    port_stats = TypedMap(maps["port_stats"], LAYOUTS["port_stats"])
+    return {
+        "vnis": {vni: total(vni_stats.get(slot)) for vni, slot in sorted(contents.vni_slots().items())},
+        "ports": {
+            names.get(ifindex, str(ifindex)): total(port_stats.get(slot))
+            for ifindex, slot in sorted(contents.port_slots().items())
+        },
+    }

@@ -145,8 +145,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps a
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import ConfigError, InterfaceFacts, validate
 
-MAP_NAMES = (*vm.LAYOUTS, *vm.GROUP_MAPS)
-
 
 def host_ports() -> dict[str, vm.Port]:
     ports = {}
@@ -202,32 +200,31 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
             plan = instance.plan(vtep_ports, replace_foreign=False)
         except xp.XdpProgramError as exc:
             module.fail_json(msg=str(exc))
-        maps = {name: instance.obj.map(name) for name in MAP_NAMES}
+        maps = {name: instance.obj.map(name) for name in vm.MAP_NAMES}
         egress = instance.obj.program("vtep_egress")
         current = vm.VtepMaps(maps).read()
-        desired = vm.compile_desired(config, ports, peer_macs)
+        desired = vm.compile_desired(config, ports, peer_macs, current)
         difference = vm.diff(current, desired)
         egress_tag = egress.info().tag
         difference.rewire_egress = any(tag != egress_tag for tag in _prog_tags(vm.VtepMaps(maps).egress_prog_ids()))
         changes = vm.words(current, desired, names)
         changed = plan.changed or not difference.empty
         if changed and not module.check_mode:
-            writer = vm.Writer(maps, current, egress.fd)
-            try:
-                writer.apply(difference, desired)
-                instance.apply(plan)
-            except (libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
-                writer.rollback()
-                module.fail_json(msg=f"applying the VTEP configuration failed, previous state restored: {exc}")
-            xp.write_state(
-                paths, {**xp.state_record(instance, vtep_ports, p["source"], object_path), "vtep": p["config"]}
-            )
-        program = {s.ifname: s.action for s in plan.steps}
+            with vm.Writer(maps, current, egress.fd) as writer:
+                try:
+                    writer.apply(difference, desired)
+                    instance.apply(plan)
+                except (libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
+                    writer.rollback()
+                    module.fail_json(msg=f"applying the VTEP configuration failed, previous state restored: {exc}")
+            record = xp.state_record(instance, vtep_ports, p["source"], object_path)
+            xp.write_state(paths, {**record, "vtep": p["config"]})
+        in_maps = current if module.check_mode else desired
         result = {
             "changed": changed,
             "changes": changes,
-            "program": program,
-            "ansible_facts": {"xdpfleet_vtep": vm.counters(maps, names)},
+            "program": {s.ifname: s.action for s in plan.steps},
+            "ansible_facts": {"xdpfleet_vtep": vm.counters(maps, in_maps, names)},
         }
         if changed:
             program_lines = [

@@ -140,7 +140,7 @@ class VtepNetns:
         for layout in vm.LAYOUTS.values():
             layout.check_object(self.obj)
         self.obj.load()
-        self.maps = {n: self.obj.map(n) for n in (*vm.LAYOUTS, *vm.GROUP_MAPS)}
+        self.maps = {n: self.obj.map(n) for n in vm.MAP_NAMES}
         self.current = vm.VtepMaps(self.maps).read()
         self.attach(mode)
 
@@ -157,15 +157,16 @@ class VtepNetns:
         self.links.clear()
 
     def configure(self, config: VtepConfig, peer_macs=None) -> vm.MapDiff:
-        desired = vm.compile_desired(config, self.ports, peer_macs or {})
+        desired = vm.compile_desired(config, self.ports, peer_macs or {}, self.current)
         difference = vm.diff(self.current, desired)
-        with netns(self.name):  # devmap entries resolve their ifindex in the writer's namespace
-            vm.Writer(self.maps, self.current, self.obj.program("vtep_egress").fd).apply(difference, desired)
+        # Devmap entries resolve their ifindex in the writer's namespace.
+        with netns(self.name), vm.Writer(self.maps, self.current, self.obj.program("vtep_egress").fd) as writer:
+            writer.apply(difference, desired)
         self.current = vm.VtepMaps(self.maps).read()
         return difference
 
     def counters(self) -> dict:
-        return vm.counters(self.maps, {p.ifindex: n for n, p in self.ports.items()})
+        return vm.counters(self.maps, self.current, {p.ifindex: n for n, p in self.ports.items()})
 
     def drain_all(self) -> None:
         for tap in self.taps.values():

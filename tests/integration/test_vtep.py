@@ -1,0 +1,259 @@
+"""The XDP VTEP on the lab's seed-000 fabric, configured by playbooks/vtep.yml from the inventory alone, over SSH.
+
+a is the hub (a100, a200, alocal), b and c have 100 and 200 endpoints, d a trunk (VID 10 = VNI 100, VID 20 = VNI
+200), and l runs the Linux kernel's own VXLAN (bridge + vxlan device) as an interop peer in VNI 100. See
+inventories/lab/group_vars/all/vtep.yml.
+"""
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from l2lib import Port, Vlan, build_frame, bum_probe, mac, new_marker, ports, probe
+
+PLAYBOOK = "playbooks/vtep.yml"
+VNI100 = ["a100", "alocal", "b100", "c100", "l100"]
+VNI200 = ["a200", "b200", "c200"]
+ADDRESS = {"a100": "198.51.100.161", "alocal": "198.51.100.162", "b100": "198.51.100.163", "c100": "198.51.100.164",
+           "l100": "198.51.100.165", "a200": "198.51.100.177", "b200": "198.51.100.178", "c200": "198.51.100.179"}  # fmt: skip
+XDP_TASK = "xdpfleet.fabric.vtep : Configure the XDP VTEP"
+LINUX_TASK = "xdpfleet.fabric.vtep : Configure the Linux kernel VTEP"
+CONFIG_MAPS = ("port_config", "vlan_bindings", "port_vnis", "tunnel_peers", "peer_admission")
+
+
+@pytest.fixture(scope="module")
+def fabric(lab):
+    first = lab.run_playbook(PLAYBOOK)
+    assert first.rc == 0, first
+    endpoints = ports(lab.prefix, VNI100 + VNI200 + ["dtrunk"])
+    try:
+        yield lab, first, endpoints
+    finally:
+        gone = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_state": "absent"})
+        assert gone.rc == 0, gone
+
+
+def counters(lab, host):
+    """The VTEP's counters on a host, through the module's facts (a check-mode run changes nothing)."""
+    result = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": host}, check=True)
+    return result.result(task=XDP_TASK, host=host)["ansible_facts"]["xdpfleet_vtep"]
+
+
+def dump_config_maps(lab, host):
+    maps = {}
+    for name in CONFIG_MAPS:
+        out = lab.host_exec(host, ["bpftool", "-j", "map", "dump", "pinned", f"/sys/fs/bpf/xdpfleet/vtep/maps/{name}"])
+        maps[name] = sorted(json.dumps(e, sort_keys=True) for e in json.loads(out.stdout))
+    return maps
+
+
+def test_first_run_configures_every_vtep_and_second_changes_nothing(fabric):
+    lab, first, _ = fabric
+    for host in ("a", "b", "c", "d"):
+        result = first.result(task=XDP_TASK, host=host)
+        assert result["changed"] is True
+        assert set(result["program"].values()) == {"attach"}
+    assert first.result(task=LINUX_TASK, host="l")["changed"] is True
+    a = first.result(task=XDP_TASK, host="a")["changes"]
+    assert "VNI 100: + access port acc100" in a and "VNI 200: + access port acc200" in a
+    assert any(line.startswith("VNI 100: + peer 198.51.100.110 via ul-l") for line in a)
+    d = first.result(task=XDP_TASK, host="d")["changes"]
+    assert "VNI 100: + trunk trunk0 VID 10" in d and "VNI 200: + trunk trunk0 VID 20" in d
+    for host in ("a", "b", "c", "d"):
+        link = json.loads(lab.host_exec(host, ["ip", "-j", "link", "show", "ul-a" if host != "a" else "ul-b"]).stdout)
+        assert link[0]["xdp"]["mode"] == 1  # native
+    second = lab.run_playbook(PLAYBOOK)
+    assert second.rc == 0 and second.changed() == 0, second
+
+
+def test_bum_stays_in_its_vni_and_crosses_to_every_vtep(fabric):
+    _, _, endpoints = fabric
+    everyone = {name: endpoints[name] for name in VNI100 + VNI200 if name != "a100"}
+    # Untagged frames of VNI 100 reach every access endpoint, the Linux VTEP's included; d's trunk takes only
+    # frames tagged with VID 10 (the seed's design: tags travel inside the Inner).
+    assert bum_probe(endpoints["a100"], everyone, timeout=2) == {"alocal", "b100", "c100", "l100"}
+    others = {name: endpoints[name] for name in VNI100 + VNI200 if name != "b200"}
+    assert bum_probe(endpoints["b200"], others, timeout=2) == {"a200", "c200"}
+    from_linux = {name: endpoints[name] for name in VNI100 + VNI200 if name != "l100"}
+    assert bum_probe(endpoints["l100"], from_linux, timeout=2) == {"a100", "alocal", "b100", "c100"}
+
+
+def test_each_remote_gets_exactly_one_copy(fabric):
+    """c100 hears b100's broadcast once: b sends one copy per peer, and a never re-floods a tunnel's frame."""
+    _, _, endpoints = fabric
+    got = probe(endpoints["b100"], {"c100": endpoints["c100"], "a100": endpoints["a100"]}, timeout=2)
+    assert len(got["c100"]) == 1 and len(got["a100"]) == 1
+
+
+@pytest.mark.parametrize(("src", "dst"), [("a100", "c100"), ("b100", "l100"), ("l100", "alocal"), ("c200", "a200")])
+def test_ping_across_the_overlay(fabric, src, dst):
+    lab, _, _ = fabric
+    result = lab.endpoint_exec(src, ["ping", "-c", "3", "-i", "0.2", "-W", "2", ADDRESS[dst]], check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_trunk_frames_by_vid(fabric):
+    lab, _, endpoints = fabric
+    trunk = endpoints["dtrunk"]
+    listeners = {name: endpoints[name] for name in VNI100 + VNI200}
+    got = probe(trunk, listeners, vlan=Vlan(10, pcp=5, dei=1), timeout=2)
+    assert set(got) == set(VNI100)
+    assert all(f.vlan == Vlan(10, pcp=5, dei=1) for frames in got.values() for f in frames)  # tag, PCP, DEI kept
+    assert set(probe(trunk, listeners, vlan=Vlan(20), timeout=2)) == set(VNI200)
+    before = counters(lab, "d")["ports"]["trunk0"]["drops"]
+    for vlan in (Vlan(30), Vlan(0), None):
+        assert probe(trunk, listeners, vlan=vlan, timeout=1) == {}
+    after = counters(lab, "d")["ports"]["trunk0"]["drops"]
+    assert after.get("vid_unknown", 0) == before.get("vid_unknown", 0) + 1
+    assert after.get("vid_reserved", 0) == before.get("vid_reserved", 0) + 1
+    assert after.get("untagged", 0) >= before.get("untagged", 0) + 1  # endpoints' own IPv6 noise counts too
+
+
+def test_untagged_vni_100_frames_do_not_leave_the_trunk(fabric):
+    lab, _, endpoints = fabric
+    before = counters(lab, "d")["ports"]["trunk0"]["drops"].get("vid_mismatch", 0)
+    assert "dtrunk" not in bum_probe(endpoints["a100"], {"dtrunk": endpoints["dtrunk"]}, timeout=1)
+    assert counters(lab, "d")["ports"]["trunk0"]["drops"]["vid_mismatch"] >= before + 1
+
+
+def vxlan_frame(dst_mac, src_ip, dst_ip, vni, inner):
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.layers.vxlan import VXLAN
+    from scapy.packet import Raw
+
+    return bytes(Ether(dst=dst_mac) / IP(src=src_ip, dst=dst_ip) / UDP(sport=50001, dport=4789) / VXLAN(vni=vni)
+                 / Raw(inner))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("src_ip", "vni", "reason"),
+    [
+        ("198.51.100.150", 100, "not_peer"),
+        ("198.51.100.110", 200, "not_admitted"),
+        ("198.51.100.110", 300, "not_admitted"),
+    ],
+)
+def test_tunnel_admission(fabric, src_ip, vni, reason):
+    """VXLAN into a's ul-l from a source that is not a peer of the VNI, or for a VNI not served there: dropped."""
+    lab, _, endpoints = fabric
+    marker = new_marker()
+    inner = build_frame("ff:ff:ff:ff:ff:ff", "02:00:00:00:00:99", marker=marker)
+    outer = vxlan_frame(mac(f"{lab.prefix}-a", "ul-l"), src_ip, "198.51.100.109", vni, inner)
+    before = counters(lab, "a")["ports"]["ul-l"]["drops"].get(reason, 0)
+    got = probe(
+        Port(f"{lab.prefix}-l", "ul-a"),
+        {name: endpoints[name] for name in VNI100 + VNI200},
+        outer,
+        marker=marker,
+        timeout=1,
+    )
+    assert got == {}
+    assert counters(lab, "a")["ports"]["ul-l"]["drops"][reason] == before + 1
+
+
+def test_oversized_frames_after_mtu_drift_are_dropped_and_counted(fabric):
+    """A larger access MTU set behind the VTEP's back: copies that no longer fit the tunnel are dropped, counted."""
+    lab, _, endpoints = fabric
+    lab.host_exec("b", ["ip", "link", "set", "acc100", "mtu", "1600"])
+    lab.endpoint_exec("b100", ["ip", "link", "set", "eth0", "mtu", "1600"])
+    try:
+        before = counters(lab, "b")["ports"]["ul-a"]["drops"].get("mtu", 0)
+        marker = new_marker()
+        big = build_frame("ff:ff:ff:ff:ff:ff", mac(*endpoints["b100"]), b"\0" * 1560, marker=marker)
+        got = probe(endpoints["b100"], {"c100": endpoints["c100"]}, big, marker=marker, timeout=1)
+        assert got == {}
+        assert counters(lab, "b")["ports"]["ul-a"]["drops"]["mtu"] == before + 4  # one per peer
+    finally:
+        lab.endpoint_exec("b100", ["ip", "link", "set", "eth0", "mtu", "1500"])
+        lab.host_exec("b", ["ip", "link", "set", "acc100", "mtu", "1500"])
+
+
+def test_one_member_more_or_less_changes_only_that(fabric):
+    lab, _, endpoints = fabric
+    docs = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "c"}, check=True)
+    config = copy.deepcopy(docs.result(task=XDP_TASK, host="c")["invocation"]["module_args"]["config"])
+    config["vnis"][0]["access_ports"] = []  # c100 leaves VNI 100
+    less = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "c", "vtep_config": config}, diff=True)
+    assert less.rc == 0, less
+    assert less.result(task=XDP_TASK, host="c")["changes"] == ["VNI 100: - access port acc100"]
+    assert "c100" not in bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=1)
+    back = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "c"}, diff=True)
+    assert back.result(task=XDP_TASK, host="c")["changes"] == ["VNI 100: + access port acc100"]
+    assert "VNI 100: + access port acc100" in back.stdout  # --diff shows it
+    assert "c100" in bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=2)
+
+
+INVALID = [
+    ({"vnis": [{"vni": 0, "access_ports": ["acc100"]}]}, "vnis[0].vni: 0 is below the minimum 1"),
+    ({"vnis": [{"vni": 16777216, "access_ports": ["acc100"]}]}, "vnis[0].vni: 16777216 is above the maximum"),
+    ({"vnis": [{"vni": "100", "access_ports": ["acc100"]}]}, "vnis[0].vni: must be an integer"),
+    ({"vnis": [{"vni": 100, "acess_ports": ["acc100"]}]}, "vnis[0]: unknown key 'acess_ports'"),
+    ({"vnis": []}, "vnis: must list at least 1"),
+    ({"vnis": [{"vni": 100, "trunks": [{"port": "trunk0", "vid": 4095}]}]}, "vnis[0].trunks[0].vid: 4095 is above"),
+    ({"vnis": [{"vni": 100, "trunks": [{"port": "trunk0", "vid": 0}]}]}, "vnis[0].trunks[0].vid: 0 is below"),
+    ({"vnis": [{"vni": 100, "trunks": [{"port": "trunk0"}]}]}, "vnis[0].trunks[0]: missing required key 'vid'"),
+    ({"vnis": [{"vni": 100, "access_ports": ["nope0"]}]}, "vnis[0].access_ports[0]: interface nope0 does not exist"),
+    ({"vnis": [{"vni": 100, "access_ports": ["eth0/1"]}]}, "vnis[0].access_ports[0]: \"eth0/1\" is not a valid"),
+    ({"vnis": [{"vni": 100, "access_ports": ["acc100"]}, {"vni": 100, "access_ports": ["acc200"]}]},
+     "vnis[1].vni: VNI 100 is listed twice"),
+    ({"vnis": [{"vni": 100, "access_ports": ["acc100"]}, {"vni": 200, "access_ports": ["acc100"]}]},
+     "is already an access port of VNI"),
+    ({"vnis": [{"vni": 100, "access_ports": ["acc100"], "trunks": [{"port": "acc200", "vid": 10}]}]},
+     "vnis[0]: VNI 100 mixes fixed-VNI access ports"),
+    ({"tunnel_ports": [{"port": "ul-b", "local_ip": "198.51.100.97"}],
+      "vnis": [{"vni": 100, "access_ports": ["acc100"], "peers": [{"ip": "198.51.100.98", "via": "ul-c"}]}]},
+     "vnis[0].peers[0].via: ul-c is not a declared tunnel port"),
+    ({"tunnel_ports": [{"port": "ul-b", "local_ip": "198.51.100.97"}],
+      "vnis": [{"vni": 100, "access_ports": ["acc100"], "peers": [{"ip": "198.51.100.98", "via": "ul-b"},
+                                                                  {"ip": "198.51.100.98", "via": "ul-b"}]}]},
+     "vnis[0].peers[1].ip: peer 198.51.100.98 is listed twice"),
+    ({"tunnel_ports": [{"port": "ul-b", "local_ip": "2001:db8::1"}], "vnis": [{"vni": 100, "access_ports": ["acc100"]}]},
+     "tunnel_ports[0].local_ip: \"2001:db8::1\" is an IPv6 address"),
+    ({"tunnel_ports": [{"port": "ul-b", "local_ip": "198.51.100.97"}],
+      "vnis": [{"vni": 100, "access_ports": ["acc100"], "peers": [{"ip": "198.51.100.97", "via": "ul-b"}]}]},
+     "is this host's own tunnel address"),
+    ({"tunnel_ports": [{"port": "ul-b", "local_ip": "198.51.100.97"}],
+      "vnis": [{"vni": 100, "access_ports": ["acc100"], "peers": [{"ip": "198.51.100.98", "via": "ul-b",
+                                                                   "mac": "02:00:00:00:01"}]}]},
+     "vnis[0].peers[0].mac: \"02:00:00:00:01\" is not a valid MAC address"),
+    ({"tunnel_ports": [{"port": "acc200", "local_ip": "198.51.100.97"}],
+      "vnis": [{"vni": 100, "access_ports": ["acc100"], "peers": [{"ip": "198.51.100.98", "via": "acc200"}]}]},
+     "tunnel_ports[0].port: acc200 has MTU 1500, below 1550 needed for VNI 100"),
+    ({"tunnel_ports": [{"port": "ul-b", "local_ip": "198.51.100.97"}, {"port": "ul-b", "local_ip": "198.51.100.99"}],
+      "vnis": [{"vni": 100, "access_ports": ["acc100"]}]}, "tunnel_ports[1].port: tunnel port ul-b is declared twice"),
+    ({"vnis": [{"vni": 300}]}, "vnis[0]: VNI 300 has no members"),
+    ({"vnis": [{"vni": 100, "access_ports": ["acc100"]}], "extra": 1}, "document: unknown key 'extra'"),
+]  # fmt: skip
+
+
+def test_invalid_documents_are_refused_naming_the_field_and_change_nothing(fabric):
+    lab, _, _ = fabric
+    before = dump_config_maps(lab, "a")
+    result = lab.run_playbook(
+        "tests/integration/playbooks/vtep_invalid.yml", extra_vars={"docs": [d for d, _ in INVALID]}
+    )
+    assert result.rc == 0, result
+    items = result.result(task="Apply an invalid document", host="a")["results"]
+    assert len(items) == len(INVALID) >= 20
+    for item, (doc, expected) in zip(items, INVALID, strict=True):
+        assert item["failed"], doc
+        assert expected in item["msg"], (expected, item["msg"])
+    assert dump_config_maps(lab, "a") == before
+
+
+def test_teardown_leaves_nothing(lab):
+    """Runs last in this module (after the fabric fixture's own teardown) on a fresh configuration."""
+    assert lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "b"}).rc == 0
+    gone = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "b", "vtep_state": "absent"})
+    assert gone.rc == 0 and gone.result(task=XDP_TASK, host="b")["changed"] is True
+    assert lab.host_exec("b", ["test", "-e", "/sys/fs/bpf/xdpfleet/vtep"], check=False).returncode != 0
+    assert lab.host_exec("b", ["test", "-e", "/var/lib/xdpfleet/programs/vtep.json"], check=False).returncode != 0
+    for port in ("ul-a", "acc100", "acc200"):
+        assert "xdp" not in json.loads(lab.host_exec("b", ["ip", "-j", "link", "show", port]).stdout)[0]
+    again = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "b", "vtep_state": "absent"})
+    assert again.changed() == 0
