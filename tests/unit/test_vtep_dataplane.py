@@ -208,8 +208,9 @@ def test_trunk_copies_need_the_vnis_vid(vtep):
     assert len(out) == 1 and Ether(out[0])[Dot1Q].vlan == 10 and Ether(out[0])[Dot1Q].prio == 5
     assert Ether(out[0])[Dot1Q].dei == 1  # PCP and DEI kept
     before = drops(vtep, "tr").get("vid_mismatch", 0)
-    vtep.taps["ul"].send(vxlan(110, PEERS_100[0], frame("vid20 in 110", tags=[Dot1Q(vlan=20)])))
-    vtep.taps["ul"].send(vxlan(110, PEERS_100[0], frame("untagged in 110")))
+    # Crafted frames through BPF_PROG_TEST_RUN (live frames: the copies really reach the egress program).
+    vtep.test_run("ul", vxlan(110, PEERS_100[0], frame("vid20 in 110", tags=[Dot1Q(vlan=20)])), live=True)
+    vtep.test_run("ul", vxlan(110, PEERS_100[0], frame("untagged in 110")), live=True)
     assert vtep.taps["tr"].drain() == []
     assert drops(vtep, "tr")["vid_mismatch"] == before + 2
 
@@ -229,7 +230,7 @@ def test_oversized_copies_are_dropped_and_counted(vtep):
     vtep.taps["a3"].send(frame("jumbo", size=1514))  # 1514 + 36 = 1550 fits MTU 1600
     assert len(vtep.taps["ul"].drain()) == len(PEERS_200)
     with vtep_mtu(vtep, "ul", 1540):
-        vtep.taps["a3"].send(frame("jumbo", size=1514))
+        vtep.test_run("a3", frame("jumbo", size=1514), live=True)
         assert vtep.taps["ul"].drain() == []
     assert drops(vtep, "ul")["mtu"] == before + len(PEERS_200)
 
@@ -270,3 +271,37 @@ def test_membership_changes_are_live_and_minimal(vtep):
     finally:
         vtep.configure(config())
     assert socket.inet_aton(PEERS_100[7])  # restored for the tests that follow
+
+
+def test_a_copy_without_a_peer_is_dropped_and_counted(vtep):
+    """More copies than peers on a port (a moment during an update): the extra copy is dropped, not misdelivered."""
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
+
+    key = bytes(vm.PeerKey(200, vtep.ports["ul"].ifindex, len(PEERS_200) - 1))
+    peers = vtep.maps["tunnel_peers"]
+    saved = peers.lookup(key)
+    peers.delete(key)
+    try:
+        vtep.drain_all()
+        before = drops(vtep, "ul").get("no_peer", 0)
+        vtep.test_run("a3", frame("one short"), live=True)
+        assert len(vtep.taps["ul"].drain()) == len(PEERS_200) - 1
+        assert drops(vtep, "ul")["no_peer"] == before + 1
+    finally:
+        peers.update(key, saved)
+
+
+def test_trunk_copy_for_a_vni_the_trunk_left_is_dropped(vtep):
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
+
+    key = bytes(vm.PortVniKey(110, vtep.ports["tr"].ifindex))
+    memberships = vtep.maps["port_vnis"]
+    saved = memberships.lookup(key)
+    memberships.delete(key)
+    try:
+        before = drops(vtep, "tr").get("not_member", 0)
+        vtep.test_run("ul", vxlan(110, PEERS_100[0], frame("left", tags=[Dot1Q(vlan=10)])), live=True)
+        assert vtep.taps["tr"].drain() == []
+        assert drops(vtep, "tr")["not_member"] == before + 1
+    finally:
+        memberships.update(key, saved)
