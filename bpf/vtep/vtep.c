@@ -37,6 +37,8 @@ struct outer_hdr {
 } __attribute__((packed));
 
 _Static_assert(sizeof(struct outer_hdr) == VXLAN_OVERHEAD, "outer header is 50 bytes");
+_Static_assert(__builtin_offsetof(struct outer_hdr, ip.check) == 24 && __builtin_offsetof(struct outer_hdr, ip.saddr) == 26 &&
+	       __builtin_offsetof(struct outer_hdr, udp.source) == 34, "outer header offsets");
 
 /* header_cache[port slot], per CPU: the last Outer this CPU built for a tunnel port, for one (VNI, Inner length);
  * the fields that differ per copy (MACs, addresses, UDP source port) are written per copy, and the checksum is
@@ -44,10 +46,11 @@ _Static_assert(sizeof(struct outer_hdr) == VXLAN_OVERHEAD, "outer header is 50 b
 struct outer_template {
 	__u32 vni;
 	__u32 inner_len;
-	struct outer_hdr hdr;
+	struct outer_hdr hdr; /* 8-aligned: encapsulate() copies it as words */
 	__u16 pad;
 	__u32 ip_csum_partial; /* unfolded sum of the IPv4 header without addresses and checksum */
 };
+_Static_assert(__builtin_offsetof(struct outer_template, hdr) % 8 == 0, "template words are aligned");
 
 /* Keyed by member: a local port's ifindex, or a peer's member key (see vtep_maps.peer_member_key). Sizes, not
  * BTF types: libbpf cannot size the union inside struct bpf_devmap_val from BTF. */
@@ -432,12 +435,19 @@ static __always_inline struct outer_template *outer_template(__u32 port_slot, __
 	return t;
 }
 
+/* Byte offsets in the Outer; the header is copied and patched as words (the struct is packed, and byte-wise
+ * copies of it cost more than the rest of the copy's work). */
+#define OUTER_IP_CHECK 24
+#define OUTER_IP_SADDR 26
+#define OUTER_IP_DADDR 30
+#define OUTER_UDP_SOURCE 34
+
 static __always_inline int encapsulate(struct xdp_md *ctx, struct port_config *port, struct peer *peer,
 				       struct command *cmd)
 {
 	struct outer_template *t = outer_template(port->slot, cmd->vni, cmd->inner_len);
-	struct outer_hdr *outer;
-	void *data, *data_end;
+	const __u64 *words;
+	__u8 *data, *data_end;
 	__u32 sum;
 
 	if (!t)
@@ -446,19 +456,27 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct port_config *p
 		return -1;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	outer = data;
-	if ((void *)(outer + 1) > data_end)
+	if (data + VXLAN_OVERHEAD > data_end)
 		return -1;
-	__builtin_memcpy(outer, &t->hdr, sizeof(*outer));
-	__builtin_memcpy(outer->eth.h_dest, peer->mac, ETH_ALEN);
-	__builtin_memcpy(outer->eth.h_source, port->mac, ETH_ALEN);
-	outer->ip.saddr = port->local_ip;
-	outer->ip.daddr = peer->remote_ip;
+	words = (const __u64 *)&t->hdr;
+	*(__u64 *)(data + 0) = words[0];
+	*(__u64 *)(data + 8) = words[1];
+	*(__u64 *)(data + 16) = words[2];
+	*(__u64 *)(data + 24) = words[3];
+	*(__u64 *)(data + 32) = words[4];
+	*(__u64 *)(data + 40) = words[5];
+	*(__u16 *)(data + 48) = *(const __u16 *)&words[6];
+	*(__u32 *)(data + 0) = *(__u32 *)&peer->mac[0];
+	*(__u16 *)(data + 4) = *(__u16 *)&peer->mac[4];
+	*(__u16 *)(data + 6) = *(__u16 *)&port->mac[0];
+	*(__u32 *)(data + 8) = *(__u32 *)&port->mac[2];
+	*(__be32 *)(data + OUTER_IP_SADDR) = port->local_ip;
+	*(__be32 *)(data + OUTER_IP_DADDR) = peer->remote_ip;
 	sum = t->ip_csum_partial + (port->local_ip & 0xffff) + (port->local_ip >> 16) + (peer->remote_ip & 0xffff) +
 	      (peer->remote_ip >> 16);
-	outer->ip.check = xf_csum_fold(sum);
+	*(__sum16 *)(data + OUTER_IP_CHECK) = xf_csum_fold(sum);
 	/* RFC 7348: a source port from the Inner flow, in the dynamic range 49152-65535. */
-	outer->udp.source = bpf_htons(49152 | (cmd->flow_hash & 0x3fff));
+	*(__be16 *)(data + OUTER_UDP_SOURCE) = bpf_htons(49152 | (cmd->flow_hash & 0x3fff));
 	return 0;
 }
 
