@@ -27,6 +27,13 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import 
 
 PIN_ROOT = "/sys/fs/bpf/xdpfleet"
 STATE_DIR = "/var/lib/xdpfleet"
+CACHE_DIR = "/var/lib/xdpfleet/cache"
+# The options of doc fragment xdpfleet.fabric.host_paths, for the modules that keep programs on a host.
+HOST_PATHS_ARGUMENT_SPEC = {
+    "cache_dir": {"type": "path", "default": CACHE_DIR},
+    "pin_root": {"type": "path", "default": PIN_ROOT},
+    "state_dir": {"type": "path", "default": STATE_DIR},
+}
 BPFFS_MAGIC_MOUNT_TYPE = "bpf"
 
 

@@ -23,6 +23,8 @@ description:
     when nothing differs, and the diff in words ("VNI 100 + peer 198.51.100.34 via uplink0").
   - Unchanged (seed) behaviour, kept on purpose. Every frame of a VNI is flooded to its members; there is no MAC
     learning. 802.1Q tags travel inside the Inner, so all VLAN-aware ports of one VNI use the same VID.
+extends_documentation_fragment:
+  - xdpfleet.fabric.host_paths
 author:
   - xdpfleet developers
 requirements:
@@ -63,18 +65,6 @@ options:
     description: Seconds to wait for a peer's next hop to answer ARP.
     type: float
     default: 3.0
-  cache_dir:
-    description: Where compiled objects are cached on the host.
-    type: path
-    default: /var/lib/xdpfleet/cache
-  pin_root:
-    description: bpffs directory of the instances.
-    type: path
-    default: /sys/fs/bpf/xdpfleet
-  state_dir:
-    description: Directory of the state files that teardown reads.
-    type: path
-    default: /var/lib/xdpfleet
 attributes:
   check_mode:
     support: full
@@ -275,9 +265,7 @@ def main() -> None:
             "source": {"type": "path", "default": "/var/lib/xdpfleet/src/vtep/vtep.c"},
             "include_dirs": {"type": "list", "elements": "path", "default": ["/var/lib/xdpfleet/src/include"]},
             "neighbour_timeout": {"type": "float", "default": 3.0},
-            "cache_dir": {"type": "path", "default": "/var/lib/xdpfleet/cache"},
-            "pin_root": {"type": "path", "default": xp.PIN_ROOT},
-            "state_dir": {"type": "path", "default": xp.STATE_DIR},
+            **xp.HOST_PATHS_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )

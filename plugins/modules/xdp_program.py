@@ -24,6 +24,8 @@ description:
     (I(state=absent)) uses it.
   - An interface that already runs an XDP program this instance did not attach is refused unless
     I(replace_foreign=true).
+extends_documentation_fragment:
+  - xdpfleet.fabric.host_paths
 author:
   - xdpfleet developers
 requirements:
@@ -92,18 +94,6 @@ options:
         and this one attached through a bpf_link, with a short gap between the two.
     type: bool
     default: false
-  cache_dir:
-    description: Where compiled objects are cached on the host.
-    type: path
-    default: /var/lib/xdpfleet/cache
-  pin_root:
-    description: bpffs directory under which the instance pins its links and maps.
-    type: path
-    default: /sys/fs/bpf/xdpfleet
-  state_dir:
-    description: Directory of the state files that teardown reads.
-    type: path
-    default: /var/lib/xdpfleet
 attributes:
   check_mode:
     support: full
@@ -296,9 +286,7 @@ def main() -> None:
             "defines": {"type": "dict", "default": {}},
             "include_dirs": {"type": "list", "elements": "path", "default": []},
             "replace_foreign": {"type": "bool", "default": False},
-            "cache_dir": {"type": "path", "default": "/var/lib/xdpfleet/cache"},
-            "pin_root": {"type": "path", "default": xp.PIN_ROOT},
-            "state_dir": {"type": "path", "default": xp.STATE_DIR},
+            **xp.HOST_PATHS_ARGUMENT_SPEC,
         },
         mutually_exclusive=[("source", "object")],
         required_if=[("state", "present", ("source", "object"), True)],
