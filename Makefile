@@ -106,7 +106,7 @@ demo: deps
 	echo; echo "demo: reports written:"; printf '  %s\n' $$reports
 
 clean:
-	rm -rf $(BUILD_DIR) $(REPORTS_DIR)
+	rm -rf $(BUILD_DIR) $(REPORTS_DIR) $(CURDIR)/.pytest-tmp
 
 # Benchmarks print tables of ratios from one run (needs root, 2 CPUs); not part of `make test`.
 BENCH_ARGS ?=

@@ -48,7 +48,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps a
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import Peer, TunnelPort, Vni, VtepConfig
 
 PREFIX = "xk"
-CACHE = "/tmp/xdpfleet-bench-cache"
+CACHE = str(REPO / ".build" / "bench-cache")  # inside the checkout: `make clean` removes it
 SENDER_CPU, DUT_CPU = 0, 1
 COPIES = 2
 VNI = 100

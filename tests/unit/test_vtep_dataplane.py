@@ -51,11 +51,11 @@ def config(peers_100=PEERS_100) -> VtepConfig:
 
 
 @pytest.fixture(scope="module")
-def vtep():
+def vtep(tmp_path_factory):
     lab = VtepNetns.create(f"xv-{os.getpid()}", {"a1": 1500, "a2": 1500, "a3": 1500, "tr": 1500, "ul": 1600,
                                                   "ul2": 1600})  # fmt: skip
     try:
-        lab.load("native")
+        lab.load("native", str(tmp_path_factory.mktemp("bpfcache")))
         lab.configure(config())
         yield lab
     finally:

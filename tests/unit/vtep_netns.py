@@ -131,10 +131,10 @@ class VtepNetns:
                 lab.taps[port] = Tap(f"{port}p", sock)
         return lab
 
-    def load(self, mode: str) -> None:
+    def load(self, mode: str, cache_dir: str) -> None:
         """Compile and load the data plane and attach the ingress program to every port."""
         path, _ = bpf_build.compile_object(
-            str(REPO / "bpf" / "vtep" / "vtep.c"), "/tmp/xdpfleet-test-cache", [str(REPO / "bpf" / "include")]
+            str(REPO / "bpf" / "vtep" / "vtep.c"), cache_dir, [str(REPO / "bpf" / "include")]
         )
         self.obj = libbpf.BpfObject(path)
         for layout in vm.LAYOUTS.values():
