@@ -265,11 +265,10 @@ class _Lib:
     """The loaded libbpf with argument and return types declared once."""
 
     def __init__(self) -> None:
-        path = ctypes.util.find_library("bpf") or "libbpf.so.1"
         try:
             self.so = ctypes.CDLL("libbpf.so.1", use_errno=True)
-        except OSError:
-            self.so = ctypes.CDLL(path, use_errno=True)
+        except OSError:  # not under its soname: wherever the linker's cache has it
+            self.so = ctypes.CDLL(ctypes.util.find_library("bpf") or "libbpf.so", use_errno=True)
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.messages: list[str] = []
         self._print_cb = _PRINT_FN(self._on_print)  # kept alive for as long as libbpf may call it

@@ -18,14 +18,16 @@ from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import MapLayout, TypedMap
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import VtepConfig
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import (
+    VTEP_MAX_MEMBERS,
+    VTEP_MAX_PORTS,
+    VTEP_MAX_VNIS,
+    VtepConfig,
+)
 
 PORT_ACCESS, PORT_TRUNK, PORT_TUNNEL = 1, 2, 3
 PORT_KINDS = {PORT_ACCESS: "access", PORT_TRUNK: "trunk", PORT_TUNNEL: "tunnel"}
-VTEP_MAX_PORTS = 256
-VTEP_MAX_VNIS = 4096
-VTEP_MAX_MEMBERS = 256
-VTEP_SMALL_GROUP = 16
+VTEP_SMALL_GROUP = 16  # bpf/vtep/vtep.h; the other limits come with the configuration's rules
 PEER_MEMBER_BIT = 1 << 31
 DROP_REASONS = (
     "malformed",

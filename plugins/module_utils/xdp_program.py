@@ -34,7 +34,7 @@ HOST_PATHS_ARGUMENT_SPEC = {
     "pin_root": {"type": "path", "default": PIN_ROOT},
     "state_dir": {"type": "path", "default": STATE_DIR},
 }
-BPFFS_MAGIC_MOUNT_TYPE = "bpf"
+BPFFS_TYPE = "bpf"
 
 
 class XdpProgramError(RuntimeError):
@@ -114,7 +114,7 @@ class Plan:
 
 def bpffs_mounted(path: str = "/sys/fs/bpf") -> bool:
     with open("/proc/self/mounts") as mounts:
-        return any(line.split()[1] == path and line.split()[2] == BPFFS_MAGIC_MOUNT_TYPE for line in mounts)
+        return any(line.split()[1] == path and line.split()[2] == BPFFS_TYPE for line in mounts)
 
 
 def ifindex_of(ifname: str) -> int:

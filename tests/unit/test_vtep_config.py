@@ -18,6 +18,7 @@ sys.path.insert(0, str(REPO / "collection"))
 from jsonschema import Draft202012Validator
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_config as vc
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import (
     ConfigError,
     InterfaceFacts,
@@ -111,6 +112,7 @@ def test_limits_match_the_data_plane_header():
     defines = dict(re.findall(r"^#define\s+(\w+)\s+(\d+)", header, re.M))
     for name in ("VXLAN_OVERHEAD", "VTEP_MAX_PORTS", "VTEP_MAX_VNIS", "VTEP_MAX_MEMBERS"):
         assert int(defines[name]) == getattr(vc, name), name
+    assert int(defines["VTEP_SMALL_GROUP"]) == vtep_maps.VTEP_SMALL_GROUP
 
 
 def test_optional_lists_default_to_empty():
