@@ -462,3 +462,16 @@ def remove(paths: InstancePaths, check_mode: bool) -> list[str]:
         if not check_mode:
             os.unlink(paths.state_file)
     return removed
+
+
+def removal(module, paths: InstancePaths, label: str) -> dict:
+    """state=absent for a module that keeps an instance: remove it (or say what would go, in check mode) and return
+    changed, the removed items, and the diff; a failure fails the module naming the instance."""
+    try:
+        removed = remove(paths, module.check_mode)
+    except (libbpf.LibbpfError, OSError) as exc:
+        module.fail_json(msg=f"removing {label} {paths.name}: {exc}")
+    result = {"changed": bool(removed), "removed": removed}
+    if removed:
+        result["diff"] = {"before_header": f"{label} {paths.name}", "before": "\n".join(removed) + "\n", "after": ""}
+    return result

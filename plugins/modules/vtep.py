@@ -99,6 +99,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+removed:
+  description: With I(state=absent), what was removed (in check mode, what would be), one line each.
+  returned: state=absent
+  type: list
+  elements: str
+  sample: ["- p1: xdp_count tag 0d112e397a65ba3d native", "- map xdp_counters"]
 changes:
   description: The configuration difference in words, one line per member or peer added (+) or removed (-).
   returned: always
@@ -244,17 +250,6 @@ def _prog_tags(prog_ids: set[int]) -> set[str]:
     return tags
 
 
-def absent(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
-    try:
-        removed = xp.remove(paths, module.check_mode)
-    except (libbpf.LibbpfError, OSError) as exc:
-        module.fail_json(msg=f"removing vtep {paths.name}: {exc}")
-    result = {"changed": bool(removed), "changes": removed}
-    if removed:
-        result["diff"] = {"before_header": f"vtep {paths.name}", "before": "\n".join(removed) + "\n", "after": ""}
-    return result
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -272,7 +267,8 @@ def main() -> None:
     paths = xp.InstancePaths(module.params["name"], module.params["pin_root"], module.params["state_dir"])
     if module.params["state"] == "present":
         module.exit_json(**present(module, paths))
-    module.exit_json(**absent(module, paths))
+    result = xp.removal(module, paths, "vtep")
+    module.exit_json(**result, changes=result["removed"])
 
 
 if __name__ == "__main__":

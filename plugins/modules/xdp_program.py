@@ -133,6 +133,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+removed:
+  description: With I(state=absent), what was removed (in check mode, what would be), one line each.
+  returned: state=absent
+  type: list
+  elements: str
+  sample: ["- p1: xdp_count tag 0d112e397a65ba3d native", "- map xdp_counters"]
 object:
   description: The object file that was loaded (the cache entry when compiled).
   returned: state=present
@@ -257,21 +263,6 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
         return result
 
 
-def absent(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
-    try:
-        removed = xp.remove(paths, module.check_mode)
-    except (libbpf.LibbpfError, OSError) as exc:
-        module.fail_json(msg=f"removing xdp_program {paths.name}: {exc}")
-    result = {"changed": bool(removed), "interfaces": {}, "state_file": paths.state_file}
-    if removed:
-        result["diff"] = {
-            "before_header": f"xdp_program {paths.name}",
-            "before": "\n".join(removed) + "\n",
-            "after": "",
-        }
-    return result
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -296,7 +287,7 @@ def main() -> None:
     paths = xp.InstancePaths(module.params["name"], module.params["pin_root"], module.params["state_dir"])
     if module.params["state"] == "present":
         module.exit_json(**present(module, paths))
-    module.exit_json(**absent(module, paths))
+    module.exit_json(**xp.removal(module, paths, "xdp_program"), interfaces={}, state_file=paths.state_file)
 
 
 if __name__ == "__main__":
