@@ -257,7 +257,7 @@ static __always_inline int trunk_vni(void *data, void *data_end, __u32 ifindex, 
 
 /* Hand the frame to every member of the VNI's group, with the command for their egress programs. */
 static __always_inline int replicate(struct xdp_md *ctx, void *groups, void *large_groups, struct vni_ref *ref,
-				     struct port_config *port, __u32 ifindex, __u16 flags)
+				     struct port_config *port, __u16 flags)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -280,7 +280,6 @@ static __always_inline int replicate(struct xdp_md *ctx, void *groups, void *lar
 	current->vni_slot = ref->vni_slot;
 	current->seq++;
 	current->flow_hash = inner_flow_hash(data, data_end);
-	current->ingress_ifindex = ifindex;
 	current->inner_len = inner_len;
 	current->flags = flags;
 
@@ -335,7 +334,7 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 	outer_len = (void *)(vxh + 1) - data;
 	if (bpf_xdp_adjust_head(ctx, outer_len))
 		return drop(port->slot, ref.vni_slot, DROP_MALFORMED);
-	return replicate(ctx, &vni_local, &vni_local_large, &ref, port, ifindex, COMMAND_FROM_TUNNEL);
+	return replicate(ctx, &vni_local, &vni_local_large, &ref, port, COMMAND_FROM_TUNNEL);
 }
 
 SEC("xdp")
@@ -368,7 +367,7 @@ int vtep_ingress(struct xdp_md *ctx)
 	default:
 		return XDP_PASS;
 	}
-	return replicate(ctx, &vni_flood, &vni_flood_large, &ref, port, ifindex, 0);
+	return replicate(ctx, &vni_flood, &vni_flood_large, &ref, port, 0);
 }
 
 /* The command of this copy: from the metadata, which is then removed so no receiver sees it, or else from

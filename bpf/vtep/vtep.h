@@ -96,11 +96,10 @@ struct command {
 	__u32 vni;
 	__u32 seq;       /* per-CPU frame number: numbers the copies of one frame on a tunnel port */
 	__u32 flow_hash; /* of the Inner flow: the outer UDP source port */
-	__u32 ingress_ifindex;
 	__u16 inner_len;
 	__u16 flags;
 	__u16 vni_slot;
-	__u16 reserved[3];
+	__u16 reserved[5]; /* keeps the command at 32 bytes, the metadata's size in the seed */
 };
 
 /* Drop reasons, counted per port and, where the VNI is known, per VNI. */

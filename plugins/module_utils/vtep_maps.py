@@ -173,11 +173,12 @@ class Port:
 @dataclass
 class MapContents:
     """Config map name -> {key bytes: value bytes}; groups: "flood"/"local" -> {vni: {member key: ifindex}};
-    where: (group kind, vni) -> "small"/"large", the map a group lives in."""
+    where: (group kind, vni) -> "small"/"large", the map a group lives in; egress_prog_ids: what members run."""
 
     entries: dict[str, dict[bytes, bytes]] = field(default_factory=lambda: {name: {} for name in CONFIG_MAPS})
     groups: dict[str, dict[int, dict[int, int]]] = field(default_factory=lambda: {"flood": {}, "local": {}})
     where: dict[tuple[str, int], str] = field(default_factory=dict)
+    egress_prog_ids: set[int] = field(default_factory=set)  # the egress programs the members run (read only)
 
     def port_slots(self) -> dict[int, int]:
         return {
@@ -286,26 +287,13 @@ class VtepMaps:
                 vni = int.from_bytes(raw_vni, "little")
                 inner = _inner(ref)
                 try:
-                    members = {
-                        int.from_bytes(k, "little"): DevmapVal.from_buffer_copy(v).ifindex for k, v in inner.dump()
-                    }
+                    values = {int.from_bytes(k, "little"): DevmapVal.from_buffer_copy(v) for k, v in inner.dump()}
                 finally:
                     libbpf.close_fd(inner.fd)
-                out.groups[kind][vni] = members
+                out.groups[kind][vni] = {member: value.ifindex for member, value in values.items()}
                 out.where[(kind, vni)] = size
+                out.egress_prog_ids.update(value.prog for value in values.values())
         return out
-
-    def egress_prog_ids(self) -> set[int]:
-        """Ids of the egress programs the members run now."""
-        ids = set()
-        for name in GROUP_MAPS.values():
-            for _, ref in self.maps[name].dump():
-                inner = _inner(ref)
-                try:
-                    ids.update(DevmapVal.from_buffer_copy(v).prog for _, v in inner.dump())
-                finally:
-                    libbpf.close_fd(inner.fd)
-        return ids
 
 
 @dataclass

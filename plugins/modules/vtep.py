@@ -202,7 +202,7 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
         desired = vm.compile_desired(config, ports, peer_macs, current)
         difference = vm.diff(current, desired)
         egress_tag = egress.info().tag
-        difference.rewire_egress = any(tag != egress_tag for tag in _prog_tags(vm.VtepMaps(maps).egress_prog_ids()))
+        difference.rewire_egress = any(tag != egress_tag for tag in _prog_tags(current.egress_prog_ids))
         changes = vm.words(current, desired, names)
         changed = plan.changed or not difference.empty
         if changed and not module.check_mode:

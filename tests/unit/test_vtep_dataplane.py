@@ -2,7 +2,6 @@
 and replication, encapsulation and decapsulation with real frames through veths, in native and generic mode."""
 
 import os
-import socket
 
 import pytest
 from scapy.layers.inet import IP, UDP
@@ -135,7 +134,7 @@ def test_bum_copies_and_their_outer_headers(vtep):
     assert vtep.taps["a2"].drain() == [sent]  # the access copy leaves as it came, no metadata in front
     assert vtep.taps["a3"].drain() == []  # VNI 200
     assert vtep.taps["tr"].drain() == []
-    assert vtep.taps["a1"].drain() == [sent] or True  # (the tap sees its own transmission; ingress excluded)
+    assert vtep.taps["a1"].drain() == []  # BPF_F_EXCLUDE_INGRESS: no copy back to the sender
     copies = vtep.taps["ul"].drain()
     assert sorted(outer_of(c)[0] for c in copies) == sorted(PEERS_100)
     for raw in copies:
@@ -195,7 +194,7 @@ def test_decapsulated_frames_go_to_local_members_only(vtep):
     vtep.taps["ul"].send(vxlan(100, PEERS_100[5], inner, dst=LOCAL_IP))
     assert vtep.taps["a1"].drain() == [inner]
     assert vtep.taps["a2"].drain() == [inner]
-    assert vtep.taps["ul"].drain(settle=0.2) == [] or True
+    assert vtep.taps["ul"].drain(settle=0.2) == []  # nothing back into the tunnel it came from
     assert vtep.taps["ul2"].drain() == []  # split horizon: never back into a tunnel
     assert vtep.taps["a3"].drain() == []
 
@@ -269,8 +268,7 @@ def test_membership_changes_are_live_and_minimal(vtep):
         vtep.taps["a1"].send(frame("after removal"))
         assert sorted(outer_of(c)[0] for c in vtep.taps["ul"].drain()) == sorted(fewer)
     finally:
-        vtep.configure(config())
-    assert socket.inet_aton(PEERS_100[7])  # restored for the tests that follow
+        vtep.configure(config())  # restored for the tests that follow
 
 
 def test_a_copy_without_a_peer_is_dropped_and_counted(vtep):

@@ -71,15 +71,16 @@ class Tap:
         self.sock.send(frame)
 
     def drain(self, settle: float = 0.3) -> list[bytes]:
-        """Frames received until none came for `settle` seconds, each as on the wire (VLAN tag put back)."""
+        """Frames that arrived until none came for `settle` seconds, each as on the wire (VLAN tag put back)."""
         frames, deadline = [], time.monotonic() + settle
         while time.monotonic() < deadline:
             try:
-                data, ancillary, _, _ = self.sock.recvmsg(65535, socket.CMSG_SPACE(32))
+                data, ancillary, _, address = self.sock.recvmsg(65535, socket.CMSG_SPACE(32))
             except BlockingIOError:
                 time.sleep(0.01)
                 continue
-            frames.append(with_vlan_tag(data, ancillary))
+            if address[2] != socket.PACKET_OUTGOING:  # what the test itself sent is not what the VTEP sent
+                frames.append(with_vlan_tag(data, ancillary))
             deadline = time.monotonic() + settle
         return frames
 
