@@ -303,6 +303,7 @@ class _Lib:
             "bpf_map__btf_value_type_id": (u32, [vp]),
             "bpf_map__initial_value": (vp, [vp, ctypes.POINTER(sz)]),
             "bpf_map__set_initial_value": (i, [vp, vp, sz]),
+            "bpf_map__set_max_entries": (i, [vp, u32]),
             "bpf_map__reuse_fd": (i, [vp, i]),
             "bpf_map__set_inner_map_fd": (i, [vp, i]),
             "bpf_map_create": (i, [i, cp, u32, u32, u32, ctypes.POINTER(_MapCreateOpts)]),
@@ -811,6 +812,11 @@ class ObjectMap(Map):
         size = ctypes.c_size_t()
         ptr = _check_ptr(f"bpf_map__initial_value({self.name})", lib().bpf_map__initial_value(self.handle, size))
         return ctypes.string_at(ptr, size.value)
+
+    def set_max_entries(self, max_entries: int) -> None:
+        """Before load: size the map (e.g. to the data it will hold)."""
+        _check(f"bpf_map__set_max_entries({self.name})", lib().bpf_map__set_max_entries(self.handle, max_entries))
+        self.max_entries = max_entries
 
     def set_initial_value(self, data: bytes) -> None:
         buf = ctypes.create_string_buffer(data, len(data))
