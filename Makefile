@@ -30,7 +30,7 @@ export PATH := $(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help deps apt-deps lint build lab-down test demo clean
-.PHONY: bench bench-vtep
+.PHONY: bench bench-vtep bench-trafficgen
 
 help:
 	@echo "make demo      lab up, site.yml, print the report, lab down (KEEP_LAB=1 keeps the lab)"
@@ -40,7 +40,7 @@ help:
 	@echo "make build     collection tarball in .build/ (via collection/build.sh)"
 	@echo "make lab-down  tear down the default lab"
 	@echo "make clean     remove .build and reports"
-	@echo "make bench     run the benchmarks (bench-vtep; BENCH_ARGS=\"--seconds 5 --rounds 3\" passes options)"
+	@echo "make bench     run the benchmarks (bench-vtep, bench-trafficgen; BENCH_ARGS=\"--seconds 5 --rounds 3\" passes options)"
 
 deps: apt-deps $(VENV_STAMP)
 
@@ -110,7 +110,10 @@ clean:
 
 # Benchmarks print tables of ratios from one run (needs root, 2 CPUs); not part of `make test`.
 BENCH_ARGS ?=
-bench: bench-vtep
+bench: bench-vtep bench-trafficgen
 
 bench-vtep: deps
 	$(BIN)/python $(CURDIR)/tests/bench/bench_vtep.py $(BENCH_ARGS)
+
+bench-trafficgen: deps
+	$(BIN)/python $(CURDIR)/tests/bench/bench_trafficgen.py $(BENCH_ARGS)
