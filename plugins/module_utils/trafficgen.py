@@ -376,6 +376,7 @@ class Sender:
         rate_pps: float | None = None,
         stop: threading.Event | None = None,
         sample_every: float = 1.0,
+        on_sample=None,
     ) -> RunResult:
         """Send for `seconds`, or until `count` frames left, at `rate_pps` (None: as fast as possible)."""
         if not seconds and not count:
@@ -406,6 +407,8 @@ class Sender:
                 t.join(timeout=max(0.0, last_at + sample_every - time.monotonic()))
             now_totals, now = self._totals(), time.monotonic()
             samples.append(_sample(now - started, now - last_at, last, now_totals))
+            if on_sample:
+                on_sample(samples[-1])
             last, last_at = now_totals, now
         if errors:
             raise TrafficgenError("sending failed: " + "; ".join(errors))

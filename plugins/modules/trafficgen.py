@@ -149,7 +149,9 @@ options:
     default: /var/lib/xdpfleet/src
   run_dir:
     description:
-      - Where a running sender records its pid.
+      - Where a running sender records its pid (C(trafficgen-<interface>.pid)) and appends each second's
+        statistics while it runs (C(trafficgen-<interface>.jsonl), one JSON object a line, for C(tail -f)); both
+        go when it ends.
     type: path
     default: /run/xdpfleet
 """
@@ -227,6 +229,7 @@ warnings:
 """
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -240,6 +243,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import TypedMap
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.neighbours import NeighbourError, resolve
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.rfc2544 import (
+    Trial,
     check_search_arguments,
     line_rate_pps,
     search_zero_loss,
@@ -304,6 +308,10 @@ def sender_cpus(module) -> list[int]:
 
 def pid_file(module) -> str:
     return os.path.join(module.params["run_dir"], f"trafficgen-{module.params['interface']}.pid")
+
+
+def live_stats_file(module) -> str:
+    return os.path.join(module.params["run_dir"], f"trafficgen-{module.params['interface']}.jsonl")
 
 
 def running_sender(path: str) -> int | None:
@@ -405,8 +413,9 @@ def send(module) -> dict:
     except (tg.TrafficgenError, libbpf.LibbpfError, ValueError) as exc:
         module.fail_json(msg=f"sending from {iface} failed: {exc}")
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(pid_file(module))
+        for path in (pid_file(module), live_stats_file(module)):  # the samples are in the result
+            with contextlib.suppress(OSError):
+                os.unlink(path)
     result["changed"] = True
     if stop.is_set():
         result["warnings"].append("stopped by SIGTERM before the end: the last results are partial")
@@ -424,22 +433,37 @@ def no_xmit_message(iface: str, environment: dict) -> str:
 
 
 def run_size(module, sender: tg.Sender, template: pt.Expanded, environment: dict, stop: threading.Event) -> dict:
+    """One frame size: the search, or one run. While it runs, each second's sample is appended to the live
+    statistics file (JSON lines), for `tail -f` on the host."""
     p = module.params
     sender.load_template(template)
     size = template.frame_sizes[0]
     speed = environment["speed_mbps"]
     out = {"frame_size": size, "line_rate_pps": round(line_rate_pps(speed, size)) if speed else None}
-    if p["search"]:
-        search = search_zero_loss(
-            lambda rate: sender.run(seconds=p["trial_seconds"], rate_pps=rate, stop=stop).trial(rate),
-            loss_tolerance=p["loss_tolerance"],
-            resolution=p["resolution"],
-            max_trials=p["max_trials"],
-            ceiling_pps=out["line_rate_pps"],
-        )
-        out.update(search.as_dict())
-        return out
-    run = sender.run(seconds=None if p["count"] else p["duration"], count=p["count"], rate_pps=p["rate_pps"], stop=stop)
+    runs = []
+    with open(live_stats_file(module), "a") as live:
+
+        def on_sample(sample: dict) -> None:
+            live.write(json.dumps({"frame_size": size, **sample}) + "\n")
+            live.flush()
+
+        def trial(rate: float | None) -> Trial:
+            runs.append(sender.run(seconds=p["trial_seconds"], rate_pps=rate, stop=stop, on_sample=on_sample))
+            return runs[-1].trial(rate)
+
+        if p["search"]:
+            search = search_zero_loss(
+                trial,
+                loss_tolerance=p["loss_tolerance"],
+                resolution=p["resolution"],
+                max_trials=p["max_trials"],
+                ceiling_pps=out["line_rate_pps"],
+            )
+            # the interface's own counters (transmit drops among them) over the unpaced trial
+            out.update(search.as_dict(), interface=runs[0].interface)
+            return out
+        seconds = None if p["count"] else p["duration"]
+        run = sender.run(seconds=seconds, count=p["count"], rate_pps=p["rate_pps"], stop=stop, on_sample=on_sample)
     out["run"] = run.as_dict()
     out["trial"] = run.trial(p["rate_pps"]).as_dict()
     return out
