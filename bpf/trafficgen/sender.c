@@ -78,17 +78,21 @@ static __always_inline int tg_pace(struct tg_cpu *cpu)
 	return 1;
 }
 
-static __always_inline void tg_write_diff(void *p, const struct tg_diff *d)
+/* Each size checks its own bound: a 2-byte diff may end exactly at data_end. */
+static __always_inline void tg_write_diff(void *p, void *data_end, const struct tg_diff *d)
 {
 	switch (d->size) {
 	case 1:
-		*(__u8 *)p = d->value[0];
+		if (p + 1 <= data_end)
+			*(__u8 *)p = d->value[0];
 		break;
 	case 2:
-		*(__u16 *)p = *(const __u16 *)d->value;
+		if (p + 2 <= data_end)
+			*(__u16 *)p = *(const __u16 *)d->value;
 		break;
 	case 4:
-		*(__u32 *)p = *(const __u32 *)d->value;
+		if (p + 4 <= data_end)
+			*(__u32 *)p = *(const __u32 *)d->value;
 		break;
 	}
 }
@@ -140,9 +144,7 @@ int xdp_send(struct xdp_md *ctx)
 		if (i >= entry->diff_count)
 			break;
 		p = data + (d->offset & (TG_HEADER_MAX - 1));
-		if (p + 4 > data_end)
-			break;
-		tg_write_diff(p, d);
+		tg_write_diff(p, data_end, d);
 	}
 
 	if (entry->frame_len < cpu->data_len && bpf_xdp_adjust_tail(ctx, (int)entry->frame_len - (int)cpu->data_len))

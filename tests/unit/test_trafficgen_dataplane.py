@@ -200,6 +200,23 @@ def test_imix_vlan_and_vxlan_frames(pair):
     assert frames == [tagged.frame(0)] * 16 and all(checksums_valid(f) for f in frames)
 
 
+def test_a_checksum_in_the_last_two_bytes_of_a_frame_is_written(pair):
+    """VXLAN with an inner IPv6/UDP header and no payload: the frame ends with the inner UDP checksum, which the
+    sweep changes, and the frame is exactly as long as the rewritten header window (112 bytes)."""
+    inner = [{"ethernet": {"src": "02:00:00:00:01:01", "dst": "02:00:00:00:01:02"}},
+             {"ipv6": {"src": "2001:db8::1", "dst": "2001:db8::2"}}, {"udp": {"src": 1024, "dst": 9}}]  # fmt: skip
+    outer = pt.EXAMPLES["vxlan-vni-sweep"]["packets"][0]["headers"][:4]
+    doc = {"name": "edge", "frame_size": 116, "packets": [{"headers": outer + inner}],
+           "variations": [{"field": "udp[1].src", "range": [1024, 1031]}]}  # fmt: skip
+    template = pt.build(doc, src_mac=pair.sender_mac, dst_mac=pair.echo_mac)
+    assert len(template.data_in()) == template.header_len == 112
+    pair.pass_on_echo_end()
+    with pair.sender(template) as sender:
+        frames = pair.capture(sender, count=8)
+    assert frames == [template.frame(k) for k in range(8)]
+    assert all(checksums_valid(f) for f in frames) and len({f[-2:] for f in frames}) == 8
+
+
 def test_the_veth_transmits_xdp_frames_only_while_its_peer_runs_xdp(pair):
     pair.stop_echo()
     sh("ip", "netns", "exec", pair.ns, "ethtool", "-K", ECHO, "gro", "off")
