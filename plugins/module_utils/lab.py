@@ -42,6 +42,15 @@ SSHD = "/usr/sbin/sshd"
 STATE_FILE = "state.json"
 MGMT_IFNAME = "mgmt0"
 DEFAULT_PRIVATE_DIRS = ("/etc", "/var", "/boot")
+# /etc/default/grub as Debian installs it, written into a lab host's private /etc when the machine has none.
+LAB_GRUB_DEFAULTS = """\
+# The lab host's boot configuration (Debian layout). The lab has no boot loader: nothing reads this file at boot.
+GRUB_DEFAULT=0
+GRUB_TIMEOUT=5
+GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`
+GRUB_CMDLINE_LINUX_DEFAULT="quiet"
+GRUB_CMDLINE_LINUX=""
+"""
 # Directories a host must not overlay: kernel/virtual filesystems, the lab dir's home, and the root itself.
 FORBIDDEN_PRIVATE_DIRS = ("/", "/proc", "/sys", "/dev", "/run", "/tmp")
 IFA_F_NODAD = 0x02
@@ -584,6 +593,12 @@ def _host_setup(host: dict, host_dir: str, private_dirs: list[str]) -> str:
         layer = f"{host_dir}/overlay/{path.strip('/').replace('/', '_')}"
         options = f"lowerdir={path},upperdir={layer}/upper,workdir={layer}/work"
         steps.append(f"mount -t overlay overlay -o {q(options)} {q(path)}")
+    if "/etc" in private_dirs:
+        # A Debian host's boot configuration, for the kernel_cmdline module (this machine boots without GRUB).
+        steps.append(
+            f"[ -e /etc/default/grub ] || {{ mkdir -p /etc/default; printf %s {q(LAB_GRUB_DEFAULTS)} "
+            "> /etc/default/grub; }"
+        )
     steps += [
         "mount -t tmpfs -o mode=0755 tmpfs /run",
         "mkdir -m 0755 /run/sshd",

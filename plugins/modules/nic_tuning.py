@@ -1,0 +1,261 @@
+#!/usr/bin/python
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: nic_tuning
+short_description: NIC channels, rings, features, coalescing, MTU and queue IRQ affinity, with exact restore
+version_added: "0.1.0"
+description:
+  - For each interface, reads the current values (C(ethtool -i -l -g -k -c), the MTU, the queue IRQs'
+    C(smp_affinity_list)), merges the driver profile's defaults with the user's settings, checks everything, and
+    changes only what differs. Check mode and C(--diff) show each change as C(<if>: <setting> <before> -> <after>).
+  - "Driver profiles (I(profile=auto) picks one by driver): C(ice) (Intel E810) and C(mlx5_core) (ConnectX):
+    one combined channel per NUMA-local core and the queue IRQs spread over those cores, LRO off on mlx5_core;
+    C(virtio_net): all combined channels and C(rx-gro-hw) off, which native XDP needs; C(veth): no defaults.
+    I(profile=none) applies only what is given."
+  - Before its first change to a setting, the module records the setting's value in
+    C(<state_dir>/nic_tuning.json). I(state=absent) puts back exactly the recorded settings, to exactly their
+    recorded values, and forgets them; a second run changes nothing.
+  - Nothing is changed when any check fails (unknown interface or feature, more channels or a larger ring than
+    the NIC has, a feature the driver fixes, a CPU that is not online); every error names the field. When a change
+    fails half-way, the settings this run already changed are put back.
+  - An interface running XDP keeps it: after a channel change the module checks that the same program is still
+    attached in the same mode, and puts the channels back if not. On veth with XDP on both ends the kernel refuses
+    an rx count below the peer's tx count; the error says to change the peer first.
+author:
+  - xdpfleet developers
+requirements:
+  - ethtool, iproute2
+options:
+  interfaces:
+    description:
+      - The interfaces and what to set on each. With I(state=absent), only C(name) is read; leave the list out to
+        restore every interface recorded on the host.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: Interface name.
+        type: str
+        required: true
+      profile:
+        description: Driver profile whose defaults apply (C(auto) picks by driver; C(none) applies none).
+        type: str
+        default: auto
+      channels:
+        description:
+          - Channel counts by kind (C(combined), C(rx), C(tx), C(other)), each a number, C(max), or C(numa_local)
+            (one per online core of the NIC's NUMA node, at most the maximum).
+        type: dict
+      rings:
+        description: Ring sizes (C(rx), C(tx), C(rx-mini), C(rx-jumbo)), each a number or C(max).
+        type: dict
+      features:
+        description:
+          - Features by C(ethtool -k) name or ethtool's short name (C(lro), C(gro), C(rxvlan), ...), true or false.
+            VLAN-aware VTEP ports need C(rx-vlan-offload) off; XDP needs LRO off.
+        type: dict
+      coalesce:
+        description: Coalescing settings by C(ethtool -C) name (C(rx-usecs), C(adaptive-rx), ...).
+        type: dict
+      mtu:
+        description: MTU.
+        type: int
+      irq_affinity:
+        description:
+          - The queue IRQs spread over these CPUs (queue i on cpus[i mod n]), or C(numa_local). irqbalance, when
+            running, moves them again; the module warns.
+        type: raw
+  state:
+    description: C(present) applies; C(absent) restores what this collection changed.
+    type: str
+    choices: [present, absent]
+    default: present
+  state_dir:
+    description: Where the record of original values is kept.
+    type: path
+    default: /var/lib/xdpfleet
+"""
+
+EXAMPLES = r"""
+- name: E810 for a traffic generator
+  xdpfleet.fabric.nic_tuning:
+    interfaces:
+      - name: ens1f0np0
+        rings: {rx: max, tx: max}
+        coalesce: {adaptive-rx: false, rx-usecs: 0}
+
+- name: A VLAN-aware VTEP port on a ConnectX, 9000 MTU, queues on cores 2-9
+  xdpfleet.fabric.nic_tuning:
+    interfaces:
+      - name: enp65s0f0np0
+        features: {rxvlan: false}
+        mtu: 9000
+        channels: {combined: 8}
+        irq_affinity: [2, 3, 4, 5, 6, 7, 8, 9]
+
+- name: Put back everything xdpfleet changed on this host
+  xdpfleet.fabric.nic_tuning:
+    state: absent
+"""
+
+RETURN = r"""
+changes:
+  description: Each change made (or, in check mode, to be made), as C(<if>: <setting> <before> -> <after>).
+  returned: always
+  type: list
+  elements: str
+  sample: ["p3: channels rx 2 -> 1", "p3: features rx-vlan-offload on -> off"]
+interfaces:
+  description: Per interface, the values after the run (in check mode, as they are now) and the profile used.
+  returned: always
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf, netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import nic_tuning as nt
+
+
+def xdp_program(ifname: str) -> tuple[int, str | None]:
+    """(program id, mode) of the XDP program on the interface; (0, None) without one."""
+    ifindex = netdev.ifindex(ifname)
+    if ifindex is None:
+        return 0, None
+    state = libbpf.xdp_query(ifindex)
+    return state.prog_id, state.mode
+
+
+def irqbalance_running() -> bool:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "irqbalance":
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def shown(current: nt.Current, profile: nt.Profile) -> dict:
+    return {"profile": profile.name, **{s: current.value(s) for s in nt.SETTINGS if s != "features"}}
+
+
+def apply_interface(module, ifname: str, changes: list[nt.Change], driver: str | None) -> None:
+    """Apply, then make sure an attached XDP program survived a channel change (else put the channels back)."""
+    before = xdp_program(ifname)
+    try:
+        nt.apply(ifname, changes, driver)
+    except nt.TuningError as exc:
+        module.fail_json(msg=str(exc), errors=exc.errors)
+    if before[0] and xdp_program(ifname) != before:
+        undo = [nt.Change(c.setting, c.key, c.after, c.before) for c in changes]
+        try:
+            nt.apply(ifname, undo, driver)
+        except nt.TuningError as exc:
+            module.fail_json(
+                msg=f"{ifname}: XDP program {before[0]} ({before[1]}) did not survive, and putting the "
+                f"settings back failed: {exc}"
+            )
+        module.fail_json(
+            msg=f"{ifname}: XDP program {before[0]} ({before[1]}) was not attached the same way after the "
+            "change; the previous settings are back"
+        )
+
+
+def present(module) -> dict:
+    record = nt.load_record(module.params["state_dir"])
+    planned, errors, result = [], [], {"changes": [], "interfaces": {}, "warnings": []}
+    for n, spec in enumerate(module.params["interfaces"] or []):
+        where = f"interfaces[{n}]"
+        try:
+            current, profile = nt.read_current(spec["name"], spec.get("profile") or "auto")
+            wanted = nt.resolve(spec, current, profile, where)
+        except nt.TuningError as exc:
+            errors += [e if e.startswith(where) else f"{where}.{e}" for e in exc.errors]
+            continue
+        planned.append((current, profile, nt.plan(current, wanted)))
+        if "irq_affinity" in wanted and irqbalance_running():
+            result["warnings"].append(f"{spec['name']}: irqbalance is running and will move the queue IRQs again")
+    if errors:  # every interface is checked before any changes
+        module.fail_json(msg="; ".join(errors), errors=errors)
+    for current, profile, changes in planned:
+        result["changes"] += [c.words(current.ifname) for c in changes]
+        if changes and not module.check_mode:
+            nt.remember(record, current.ifname, changes)
+            nt.save_record(module.params["state_dir"], record)  # before the change: teardown can always undo it
+            apply_interface(module, current.ifname, changes, current.driver.get("driver"))
+            current, profile = nt.read_current(current.ifname, profile.name)
+        result["interfaces"][current.ifname] = shown(current, profile)
+    return result
+
+
+def absent(module) -> dict:
+    record = nt.load_record(module.params["state_dir"])
+    names = [i["name"] for i in module.params["interfaces"] or []] or sorted(record["interfaces"])
+    result = {"changes": [], "interfaces": {}, "warnings": []}
+    for ifname in names:
+        if ifname not in record["interfaces"]:
+            continue
+        if not os.path.isdir(os.path.join(nt.SYSFS_NET, ifname)):
+            result["warnings"].append(f"{ifname}: gone from the host; its record is dropped")
+            changes = []
+        else:
+            try:
+                current, profile = nt.read_current(ifname, "none")
+            except nt.TuningError as exc:
+                module.fail_json(msg=str(exc), errors=exc.errors)
+            changes = nt.plan(current, nt.restoration(record, ifname))
+            result["changes"] += [c.words(ifname) for c in changes]
+            if changes and not module.check_mode:
+                apply_interface(module, ifname, changes, current.driver.get("driver"))
+                current, profile = nt.read_current(ifname, "none")
+            result["interfaces"][ifname] = shown(current, profile)
+        if not changes:  # the record itself goes: that is a change of the host's state too
+            result["changes"].append(f"{ifname}: forget the recorded original values (they are in place)")
+        if not module.check_mode:
+            del record["interfaces"][ifname]
+            nt.save_record(module.params["state_dir"], record)
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "interfaces": {
+                "type": "list",
+                "elements": "dict",
+                "options": {
+                    "name": {"type": "str", "required": True},
+                    "profile": {"type": "str", "default": "auto"},
+                    "channels": {"type": "dict"},
+                    "rings": {"type": "dict"},
+                    "features": {"type": "dict"},
+                    "coalesce": {"type": "dict"},
+                    "mtu": {"type": "int"},
+                    "irq_affinity": {"type": "raw"},
+                },
+            },
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "state_dir": {"type": "path", "default": "/var/lib/xdpfleet"},
+        },
+        supports_check_mode=True,
+    )
+    result = present(module) if module.params["state"] == "present" else absent(module)
+    result["changed"] = bool(result["changes"])
+    if result["changed"]:
+        result["diff"] = {
+            "before": "",
+            "after": "\n".join(result["changes"]) + "\n",
+            "after_header": f"nic_tuning {module.params['state']}",
+        }
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
