@@ -10,7 +10,7 @@ version_added: "0.1.0"
 description:
   - For each interface, reads the current values (C(ethtool -i -l -g -k -c), the MTU, the queue IRQs'
     C(smp_affinity_list)), merges the driver profile's defaults with the user's settings, checks everything, and
-    changes only what differs. Check mode and C(--diff) show each change as C(<if>: <setting> <before> -> <after>).
+    changes only what differs. Check mode and C(--diff) show each change, for example C(p3 channels rx 2 -> 1).
   - "Driver profiles (I(profile=auto) picks one by driver): C(ice) (Intel E810) and C(mlx5_core) (ConnectX):
     one combined channel per NUMA-local core and the queue IRQs spread over those cores, LRO off on mlx5_core;
     C(virtio_net): all combined channels and C(rx-gro-hw) off, which native XDP needs; C(veth): no defaults.
@@ -21,7 +21,7 @@ description:
   - Nothing is changed when any check fails (unknown interface or feature, more channels or a larger ring than
     the NIC has, a feature the driver fixes, a CPU that is not online); every error names the field. When a change
     fails half-way, the settings this run already changed are put back.
-  - An interface running XDP keeps it: after a channel change the module checks that the same program is still
+  - An interface running XDP keeps it. After a channel change the module checks that the same program is still
     attached in the same mode, and puts the channels back if not. On veth with XDP on both ends the kernel refuses
     an rx count below the peer's tx count; the error says to change the peer first.
 author:
@@ -103,7 +103,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changes:
-  description: Each change made (or, in check mode, to be made), as C(<if>: <setting> <before> -> <after>).
+  description: Each change made (or, in check mode, to be made), as interface, setting, before and after.
   returned: always
   type: list
   elements: str
