@@ -1,8 +1,9 @@
 """xdpfleet.fabric.kernel_cmdline on lab hosts over real SSH, against each host's private /etc/default/grub.
 
-The lab has no bootloader and the machine has no /etc/default/grub: the tests write a Debian-style one into hosts
-a and b (their /etc is a private overlay), run the module with update_command: [], read the file back out of band,
-and remove what they wrote. The machine's own /etc/default/grub stays absent throughout.
+The lab has no bootloader and the machine has no /etc/default/grub. Each lab host gets the lab's stand-in in its
+private /etc; these tests replace it on every lab host with Debian 12's stock file, run the module with
+update_command: [], read the file back out of band, and put the lab's file back at the end. The machine's own
+/etc/default/grub stays absent throughout.
 """
 
 import json
@@ -13,7 +14,8 @@ import pytest
 
 GRUB = "/etc/default/grub"
 RECORD = "/var/lib/xdpfleet/kernel_cmdline.json"
-HOSTS = ("a", "b")
+HOSTS = ("a", "b")  # asserted on; the tasks run on every lab host
+LAB_HOSTS = ("a", "b", "c", "d", "l")
 DEBIAN_GRUB = (
     Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "kernel_cmdline" / "debian12_grub"
 ).read_text()
@@ -35,17 +37,16 @@ def has_record(lab, host):
 
 @pytest.fixture(scope="module")
 def grub_hosts(lab):
-    """Hosts a and b with a Debian-style /etc/default/grub of their own; removed again at the end."""
+    """Lab hosts with Debian 12's /etc/default/grub; the lab's own file is back at the end."""
     assert not os.path.exists(GRUB), "the machine itself must have no /etc/default/grub"
+    lab_files = {host: grub_text(lab, host) for host in LAB_HOSTS}
     write = {"name": "GRUB defaults", "ansible.builtin.copy": {"content": DEBIAN_GRUB, "dest": GRUB, "mode": "0644"}}
     written = lab.run_tasks([write])
     assert written.rc == 0, written
     yield lab
-    removal = [
-        {"name": f"remove {path}", "ansible.builtin.file": {"path": path, "state": "absent"}} for path in (GRUB, RECORD)
-    ]
-    removed = lab.run_tasks(removal)
-    assert removed.rc == 0, removed
+    for host in LAB_HOSTS:
+        lab.host_exec(host, ["sh", "-c", f"cat > {GRUB}; rm -f {RECORD}"], input=lab_files[host])
+        assert grub_text(lab, host) == lab_files[host]
     assert not os.path.exists(GRUB)
 
 
