@@ -1,39 +1,58 @@
-"""site.yml on the lab over SSH: probe, prepare, attach the counter, send traffic, report; twice."""
+"""site.yml on the lab over SSH, end to end: probe, tune, prepare and count, VTEPs, overlay checks, a perf pair,
+report; twice (the second run changes no host)."""
 
 import json
 
 import pytest
 
 COUNTER_LINK = "/sys/fs/bpf/xdpfleet/counter/links/p1"
+LAB_HOSTS = ("a", "b", "c", "d", "l")
+
+
+def reports_in(path) -> dict:
+    return {"site_report_dir": str(path), "perf_pair_report_dir": str(path)}
 
 
 @pytest.fixture
-def site_lab(lab):
+def site_lab(lab, tmp_path):
     yield lab
+    # Undo what site.yml set up, so the session's later tests find the lab as it was.
+    assert lab.run_playbook("playbooks/vtep.yml", extra_vars={"vtep_state": "absent"}).rc == 0
+    assert lab.run_playbook("playbooks/tune.yml", extra_vars={"host_tuning_state": "absent"}).rc == 0
     removal = [{"name": "Remove the counter", "xdpfleet.fabric.xdp_program": {"name": "counter", "state": "absent"}}]
     assert lab.run_tasks(removal, hosts="a").rc == 0
 
 
-def test_site_attaches_counts_reports_and_converges(site_lab):
+def test_site_runs_the_whole_job_and_converges(site_lab, tmp_path):
     lab = site_lab
-    first = lab.run_playbook("site.yml")
+    first = lab.run_playbook("site.yml", extra_vars=reports_in(tmp_path))
     assert first.rc == 0, first
     probe = first.result(task="Probe kernel, libbpf, bpffs and interfaces", host="a")["ansible_facts"]["xdpfleet_probe"]
     assert probe["interfaces"]["p1"]["driver"] == "veth"
     assert probe["interfaces"]["p3"]["queues"] == {"rx": 2, "tx": 2}
     assert probe["interfaces"]["p1"]["attach_test"]["native"]["ok"] is True
 
+    # host tuning: the lab's private GRUB file carries iommu=pt
+    assert "iommu=pt" in lab.host_exec("c", ["cat", "/etc/default/grub"]).stdout
+
     link = json.loads(lab.host_exec("a", ["bpftool", "-j", "link", "show", "pinned", COUNTER_LINK]).stdout)
     on_p1 = json.loads(lab.host_exec("a", ["ip", "-j", "link", "show", "p1"]).stdout)[0]["xdp"]["prog"]["id"]
     assert link["prog_id"] == on_p1
-
     totals = first.result(task="xdpfleet.fabric.xdp_counter : Keep the totals per slot", host="a")
     packets = totals["ansible_facts"]["xdp_counter_totals"]["0"]["packets"]
     assert packets >= 40, "the pings from e1 to e2 cross a:p1: 20 over IPv4 and 20 over IPv6"
-    printed = [r for r in first.results(task="Print the counters", host="localhost")]
-    assert printed and f"a p1: {packets} packets" in json.dumps(printed)
 
-    second = lab.run_playbook("site.yml")
+    overlay = first.result(task="Ping each declared pair of endpoints across the overlay", host="localhost")
+    assert len(overlay["results"]) >= 7 and all(r["rc"] == 0 for r in overlay["results"]), overlay
+
+    report = (tmp_path / "site.md").read_text()
+    assert f"| a | p1 | native | 0 | {packets} |" in report
+    vtep_a = [line for line in report.splitlines() if line.startswith("| a | 100 |")]
+    assert vtep_a and int(vtep_a[0].split("|")[3]) > 0, "VTEP a counted VNI 100 frames from the overlay checks"
+    assert report.count("| reachable |") == len(overlay["results"])
+    assert "lab-a-b: a:p3 -> b:p3" in report and "| 64 |" in report
+
+    second = lab.run_playbook("site.yml", extra_vars=reports_in(tmp_path))
     assert second.rc == 0, second
-    for host in ("a", "b", "c", "d", "l"):
-        assert second.changed(host) == 0, (host, second)  # only the controller's report is rewritten
+    for host in LAB_HOSTS:
+        assert second.changed(host) == 0, (host, second)  # only the controller's reports are rewritten
