@@ -27,9 +27,9 @@
 #include "tg_match.h"
 
 /* A pace that fell behind catches up at most this much at once: enough to make up for the gap between two
- * BPF_PROG_RUN calls and for a sender thread preempted for a few milliseconds on a busy host, so the average rate
- * holds, while a longer stall is not paid back as a burst. */
-#define TG_PACE_SLACK_NS 10000000ULL
+ * BPF_PROG_RUN calls and for a sender thread preempted for tens of milliseconds on a busy host, so the average
+ * rate holds, while a longer stall is not paid back as one burst. */
+#define TG_PACE_SLACK_NS 50000000ULL
 
 const volatile __u16 return_port_lo = 0;
 const volatile __u16 return_port_hi = 0;

@@ -142,7 +142,7 @@ def test_below_capacity_every_frame_is_echoed_and_returned(pair):
     pair.start_echo(template.udp_dst_ports)
     with pair.sender(template, cpus=(0, 1)) as sender:
         run = pair.run(sender, seconds=1.0, rate_pps=20000)
-    assert 15000 < run.sent < 25000
+    assert 10000 < run.sent < 25000, "about a second at 20000 frames/s"
     assert run.sent == pair.echoed() == run.received
     assert set(run.per_cpu) == {0, 1} and all(c["sent"] > 0 for c in run.per_cpu.values())
     assert run.samples and run.samples[0]["tx_pps"] > 0
