@@ -83,8 +83,8 @@ GROUP_MAP(vni_local, member_group);
 GROUP_MAP(vni_local_large, large_member_group);
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, VTEP_MAX_PORTS);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VTEP_MAX_IFINDEX);
 	__type(key, __u32);
 	__type(value, struct port_config);
 } port_config SEC(".maps");
@@ -279,7 +279,8 @@ static __always_inline int replicate(struct xdp_md *ctx, void *groups, void *lar
 	current->vni = ref->vni;
 	current->vni_slot = ref->vni_slot;
 	current->seq++;
-	current->flow_hash = inner_flow_hash(data, data_end);
+	/* RFC 7348: a source port from the Inner flow, in the dynamic range 49152-65535. */
+	current->udp_source = bpf_htons(49152 | (inner_flow_hash(data, data_end) & 0x3fff));
 	current->inner_len = inner_len;
 	current->flags = flags;
 
@@ -287,7 +288,7 @@ static __always_inline int replicate(struct xdp_md *ctx, void *groups, void *lar
 	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*cmd)) == 0) {
 		cmd = (void *)(long)ctx->data_meta;
 		if ((void *)(cmd + 1) <= (void *)(long)ctx->data)
-			__builtin_memcpy(cmd, current, sizeof(*cmd));
+			*cmd = *current;
 	}
 	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
 }
@@ -348,7 +349,7 @@ int vtep_ingress(struct xdp_md *ctx)
 	int reason;
 
 	port = bpf_map_lookup_elem(&port_config, &ifindex);
-	if (!port)
+	if (!port || port->kind == PORT_NONE)
 		return XDP_PASS;
 	count_rx(&port_stats, port->slot, data_end - data);
 
@@ -374,19 +375,18 @@ int vtep_ingress(struct xdp_md *ctx)
  * current_command. */
 static __always_inline int take_command(struct xdp_md *ctx, struct command *cmd)
 {
-	void *meta = (void *)(long)ctx->data_meta;
-	void *data = (void *)(long)ctx->data;
+	struct command *meta = (void *)(long)ctx->data_meta;
 	struct command *found;
 	__u32 zero = 0;
 
-	if (meta + sizeof(*cmd) <= data) {
-		__builtin_memcpy(cmd, meta, sizeof(*cmd));
+	if ((void *)(meta + 1) <= (void *)(long)ctx->data) {
+		*cmd = *meta;
 		bpf_xdp_adjust_meta(ctx, (int)sizeof(*cmd));
 	} else {
 		found = bpf_map_lookup_elem(&current_command, &zero);
 		if (!found)
 			return -1;
-		__builtin_memcpy(cmd, found, sizeof(*cmd));
+		*cmd = *found;
 	}
 	return cmd->magic == VTEP_COMMAND_MAGIC ? 0 : -1;
 }
@@ -474,8 +474,7 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct port_config *p
 	sum = t->ip_csum_partial + (port->local_ip & 0xffff) + (port->local_ip >> 16) + (peer->remote_ip & 0xffff) +
 	      (peer->remote_ip >> 16);
 	*(__sum16 *)(data + OUTER_IP_CHECK) = xf_csum_fold(sum);
-	/* RFC 7348: a source port from the Inner flow, in the dynamic range 49152-65535. */
-	*(__be16 *)(data + OUTER_UDP_SOURCE) = bpf_htons(49152 | (cmd->flow_hash & 0x3fff));
+	*(__be16 *)(data + OUTER_UDP_SOURCE) = cmd->udp_source;
 	return 0;
 }
 
@@ -494,7 +493,7 @@ int vtep_egress(struct xdp_md *ctx)
 	void *data, *data_end;
 
 	port = bpf_map_lookup_elem(&port_config, &ifindex);
-	if (!port)
+	if (!port || port->kind == PORT_NONE)
 		return XDP_DROP; /* not a VTEP port (any more): nothing to count it on */
 	if (take_command(ctx, &cmd))
 		return drop(port->slot, NO_VNI_SLOT, DROP_BAD_COMMAND);

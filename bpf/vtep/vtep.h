@@ -13,6 +13,9 @@
 #define VXLAN_PORT 4789
 #define VXLAN_OVERHEAD 50 /* outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 */
 #define VTEP_MAX_PORTS 256
+/* port_config is an array indexed by ifindex (an index, not a hash lookup, on the per-frame and per-copy paths):
+ * a VTEP port's ifindex must be below this. */
+#define VTEP_MAX_IFINDEX 16384
 #define VTEP_MAX_VNIS 4096
 #define VTEP_MAX_MEMBERS 256 /* devmap entries per VNI: local ports plus remote peers */
 /* Broadcast walks every bucket of a DEVMAP_HASH, so a group's capacity costs per frame: groups of up to
@@ -26,7 +29,7 @@ enum port_kind {
 	PORT_TUNNEL = 3, /* VXLAN underlay: decap on ingress, encap per peer on egress */
 };
 
-/* port_config[ifindex]. Slots are small indexes that user space assigns, so that per-port and per-VNI state
+/* port_config[ifindex]; kind PORT_NONE: not a VTEP port. Slots are small indexes that user space assigns, so that per-port and per-VNI state
  * lives in arrays (an index, not a hash lookup, on the per-copy path). */
 struct port_config {
 	__u32 kind;      /* enum port_kind */
@@ -94,13 +97,13 @@ struct peer_addr_key {
 struct command {
 	__u32 magic;
 	__u32 vni;
-	__u32 seq;       /* per-CPU frame number: numbers the copies of one frame on a tunnel port */
-	__u32 flow_hash; /* of the Inner flow: the outer UDP source port */
+	__u32 seq;         /* per-CPU frame number: numbers the copies of one frame on a tunnel port */
+	__u16 vni_slot;
+	__be16 udp_source; /* outer UDP source port, from a hash of the Inner flow: computed once per frame */
 	__u16 inner_len;
 	__u16 flags;
-	__u16 vni_slot;
-	__u16 reserved[5]; /* keeps the command at 32 bytes, the metadata's size in the seed */
-};
+	__u32 reserved[3]; /* keeps the command at 32 bytes, the metadata's size in the seed */
+} __attribute__((aligned(8))); /* copied as four 8-byte words, not byte by byte */
 
 /* Drop reasons, counted per port and, where the VNI is known, per VNI. */
 enum drop_reason {

@@ -117,6 +117,8 @@ LAYOUTS = {
     )
 }
 CONFIG_MAPS = ("port_config", "vlan_bindings", "port_vnis", "tunnel_peers", "peer_admission")
+# Arrays among them: every index exists, an all-zero value is an absent entry and removing one writes zeros.
+ARRAY_MAPS = ("port_config",)
 # HASH_OF_MAPS: VNI -> DEVMAP_HASH of members (sizes only, no BTF). "flood" groups serve frames from local ports,
 # "local" groups (local members only: split horizon) decapsulated ones. Broadcast walks every bucket of a group,
 # so groups of up to VTEP_SMALL_GROUP members live in the small maps.
@@ -281,7 +283,10 @@ class VtepMaps:
     def read(self) -> MapContents:
         out = MapContents()
         for name in CONFIG_MAPS:
-            out.entries[name] = dict(self.maps[name].dump())
+            entries = self.maps[name].dump()
+            if name in ARRAY_MAPS:
+                entries = [(k, v) for k, v in entries if any(v)]
+            out.entries[name] = dict(entries)
         for (kind, size), name in GROUP_MAPS.items():
             for raw_vni, ref in self.maps[name].dump():
                 vni = int.from_bytes(raw_vni, "little")
@@ -362,16 +367,23 @@ class Writer:
         self.undo: list = []
         self._open: list[int] = []
 
+    def _remove(self, name: str, key: bytes) -> None:
+        m = self.maps[name]
+        if name in ARRAY_MAPS:
+            m.update(key, bytes(m.value_size))
+        else:
+            m.delete(key)
+
     def _put(self, name: str, key: bytes, value: bytes) -> None:
         old = self.current.entries.get(name, {}).get(key)
         m = self.maps[name]
         m.update(key, value)
-        self.undo.append(lambda: m.update(key, old) if old is not None else m.delete(key))
+        self.undo.append(lambda: m.update(key, old) if old is not None else self._remove(name, key))
 
     def _delete(self, name: str, key: bytes) -> None:
         old = self.current.entries[name][key]
         m = self.maps[name]
-        m.delete(key)
+        self._remove(name, key)
         self.undo.append(lambda: m.update(key, old))
 
     def _group(self, kind: str, size: str, vni: int) -> tuple[libbpf.Map, bool]:

@@ -110,7 +110,7 @@ def test_schema_is_a_valid_draft_2020_12_schema():
 def test_limits_match_the_data_plane_header():
     header = (REPO / "bpf" / "vtep" / "vtep.h").read_text()
     defines = dict(re.findall(r"^#define\s+(\w+)\s+(\d+)", header, re.M))
-    for name in ("VXLAN_OVERHEAD", "VTEP_MAX_PORTS", "VTEP_MAX_VNIS", "VTEP_MAX_MEMBERS"):
+    for name in ("VXLAN_OVERHEAD", "VTEP_MAX_PORTS", "VTEP_MAX_IFINDEX", "VTEP_MAX_VNIS", "VTEP_MAX_MEMBERS"):
         assert int(defines[name]) == getattr(vc, name), name
     assert int(defines["VTEP_SMALL_GROUP"]) == vtep_maps.VTEP_SMALL_GROUP
 
@@ -210,6 +210,13 @@ def _delete(path):
 def _mtu(name, mtu):
     def mutate(_doc, ifs):
         ifs[name] = InterfaceFacts(ifindex=ifs[name].ifindex, mtu=mtu, mac=ifs[name].mac)
+
+    return mutate
+
+
+def _ifindex(name, ifindex):
+    def mutate(_doc, ifs):
+        ifs[name] = InterfaceFacts(ifindex=ifindex, mtu=ifs[name].mtu, mac=ifs[name].mac)
 
     return mutate
 
@@ -450,6 +457,12 @@ INVALID = [
         "tunnel_ports[0].port",
         "interface tun-x does not exist on this host (did you mean tun-c or tun-b? "
         "it has: acc100, acc200, acclocal, lo, trunk0, trunk1, tun-b, tun-c)",
+    ),
+    (
+        "ifindex-too-large",
+        _ifindex("acc200", 16384),
+        "vnis[0].access_ports[0]",
+        "interface acc200 has ifindex 16384, above the data plane's limit of 16383 (VTEP_MAX_IFINDEX)",
     ),
     (
         "mtu-trunk-vni",
