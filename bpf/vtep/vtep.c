@@ -11,7 +11,8 @@
  * with the VNI's VID; tunnel copies get the 50-byte Outer. One uplink carries many peers: the kernel runs the
  * first queued frame's egress program for every frame queued to a device (kernel/bpf/devmap.c, bq_enqueue), so
  * the peer cannot come from the entry. Instead ingress stamps a per-CPU frame number into the command and
- * egress numbers the copies of each frame per device (copy_state): copy n goes to tunnel_peers[vni, port, n].
+ * egress numbers the copies of each frame per device (copy_state): copy n goes to the n-th peer of the VNI
+ * behind the port, tunnel_peers[port_vnis[vni, port].first_peer + n].
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -104,9 +105,9 @@ struct {
 } port_vnis SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, VTEP_MAX_VNIS * 16);
-	__type(key, struct peer_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VTEP_MAX_PEERS);
+	__type(key, __u32);
 	__type(value, struct peer);
 } tunnel_peers SEC(".maps");
 
@@ -391,19 +392,30 @@ static __always_inline int take_command(struct xdp_md *ctx, struct command *cmd)
 	return cmd->magic == VTEP_COMMAND_MAGIC ? 0 : -1;
 }
 
-/* Number this copy among the copies of its frame on this port. */
-static __always_inline int copy_number(__u32 port_slot, __u32 seq, __u32 *copy)
+/* The peer of this copy. The copies of one frame on a port run one after the other and are numbered 0, 1, ...;
+ * copy n goes to the n-th of the VNI's peers behind the port. NULL: more copies than peers (during an update). */
+static __always_inline struct peer *copy_peer(__u32 port_slot, __u32 ifindex, struct command *cmd)
 {
 	struct copy_state *state = bpf_map_lookup_elem(&copy_state, &port_slot);
+	struct port_vni_key member = { .vni = cmd->vni, .ifindex = ifindex };
+	struct port_vni *row;
+	struct peer *peer;
+	__u32 index;
 
 	if (!state)
-		return -1;
-	if (state->seq != seq) {
-		state->seq = seq;
+		return NULL;
+	if (state->seq != cmd->seq) {
+		row = bpf_map_lookup_elem(&port_vnis, &member);
+		state->seq = cmd->seq;
 		state->next_copy = 0;
+		state->first_peer = row ? row->first_peer : 0;
+		state->peers = row ? row->peers : 0;
 	}
-	*copy = state->next_copy++;
-	return 0;
+	if (state->next_copy >= state->peers)
+		return NULL;
+	index = state->first_peer + state->next_copy++;
+	peer = bpf_map_lookup_elem(&tunnel_peers, &index);
+	return peer && peer->remote_ip ? peer : NULL;
 }
 
 static __always_inline struct outer_template *outer_template(__u32 port_slot, __u32 vni, __u32 inner_len)
@@ -483,7 +495,6 @@ int vtep_egress(struct xdp_md *ctx)
 {
 	__u32 ifindex = ctx->egress_ifindex;
 	struct port_vni_key member = { .ifindex = ifindex };
-	struct peer_key which = { .ifindex = ifindex };
 	struct xf_vlan_hdr *tag;
 	struct port_config *port;
 	struct port_vni *binding;
@@ -517,10 +528,7 @@ int vtep_egress(struct xdp_md *ctx)
 	case PORT_TUNNEL:
 		if (cmd.flags & COMMAND_FROM_TUNNEL)
 			return drop(port->slot, cmd.vni_slot, DROP_SPLIT_HORIZON);
-		which.vni = cmd.vni;
-		if (copy_number(port->slot, cmd.seq, &which.copy))
-			return drop(port->slot, cmd.vni_slot, DROP_NO_PEER);
-		peer = bpf_map_lookup_elem(&tunnel_peers, &which);
+		peer = copy_peer(port->slot, ifindex, &cmd);
 		if (!peer)
 			return drop(port->slot, cmd.vni_slot, DROP_NO_PEER);
 		if (cmd.inner_len + VXLAN_OVERHEAD - sizeof(struct ethhdr) > port->mtu)

@@ -18,6 +18,7 @@
 #define VTEP_MAX_IFINDEX 16384
 #define VTEP_MAX_VNIS 4096
 #define VTEP_MAX_MEMBERS 256 /* devmap entries per VNI: local ports plus remote peers */
+#define VTEP_MAX_PEERS 65536 /* tunnel_peers entries, all VNIs and tunnel ports together (16 per VNI on average) */
 /* Broadcast walks every bucket of a DEVMAP_HASH, so a group's capacity costs per frame: groups of up to
  * VTEP_SMALL_GROUP members live in maps of that size (vni_flood, vni_local), larger ones in *_large maps. */
 #define VTEP_SMALL_GROUP 16
@@ -56,26 +57,25 @@ struct vlan_key {
 
 /* port_vnis[{vni, ifindex}]: a port's membership in a VNI. Egress lets a local copy leave a port only when the
  * port is a member of the copy's VNI, and on a trunk only with the VID bound to that VNI; ingress accepts VXLAN
- * on a tunnel port only for the VNIs it is a member of. */
+ * on a tunnel port only for the VNIs it is a member of; on a tunnel port it also says where the VNI's peers
+ * behind that port are in tunnel_peers. */
 struct port_vni_key {
 	__u32 vni;
 	__u32 ifindex;
 };
 
 struct port_vni {
-	__u16 vid;      /* trunk: the VID of this VNI on the port; otherwise 0 */
-	__u16 vni_slot; /* the VNI's index in vni_stats */
+	__u16 vid;        /* trunk: the VID of this VNI on the port; otherwise 0 */
+	__u16 vni_slot;   /* the VNI's index in vni_stats */
+	__u16 peers;      /* tunnel: the VNI's peers behind this port, one per copy */
+	__u16 pad;
+	__u32 first_peer; /* tunnel: tunnel_peers index of the peer that copy 0 goes to; copy n gets first_peer + n */
 };
 
-/* tunnel_peers[{vni, ifindex, copy}]: the remote VTEP that the copy-th copy of a frame on this tunnel port gets.
- * A devmap entry per peer makes the copies; all entries of a port run the same egress program, so a copy's
- * peer comes from its position among the frame's copies (see copy_state), not from which entry made it. */
-struct peer_key {
-	__u32 vni;
-	__u32 ifindex;
-	__u32 copy;
-};
-
+/* tunnel_peers[index]: a remote VTEP, an array so that each copy costs an index, not a hash lookup. A devmap
+ * entry per peer makes the copies; all entries of a port run the same egress program, so a copy's peer comes
+ * from its position among the frame's copies (see copy_state), not from which entry made it. An all-zero
+ * entry is no peer. */
 struct peer {
 	__be32 remote_ip;
 	__u8 mac[6]; /* next hop */
@@ -132,10 +132,13 @@ struct traffic_stats {
 	__u64 drops[DROP_REASONS];
 };
 
-/* copy_state[port slot], per CPU: the frame whose copies are being numbered and the next copy number. */
+/* copy_state[port slot], per CPU: the frame whose copies are being numbered, the next copy number, and the
+ * VNI's peers behind the port (port_vnis), looked up once per frame instead of once per copy. */
 struct copy_state {
 	__u32 seq;
 	__u32 next_copy;
+	__u32 first_peer;
+	__u32 peers;
 };
 
 #endif

@@ -40,6 +40,7 @@ VTEP_MAX_PORTS = 256
 VTEP_MAX_IFINDEX = 16384  # port_config is an array indexed by ifindex
 VTEP_MAX_VNIS = 4096
 VTEP_MAX_MEMBERS = 256  # devmap entries per VNI: local ports plus remote peers
+VTEP_MAX_PEERS = 65536  # tunnel_peers entries, all VNIs together
 
 VNI_MIN, VNI_MAX = 1, 16777215
 VID_MIN, VID_MAX = 1, 4094
