@@ -112,6 +112,13 @@ struct {
 } tunnel_peers SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VTEP_MAX_VNIS);
+	__type(key, __u32);
+	__type(value, struct vni_tunnel);
+} vni_tunnels SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, VTEP_MAX_VNIS * 16);
 	__type(key, struct peer_addr_key);
@@ -264,6 +271,7 @@ static __always_inline int replicate(struct xdp_md *ctx, void *groups, void *lar
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 zero = 0, inner_len = data_end - data;
 	struct command *cmd, *current;
+	struct vni_tunnel *tunnel;
 	void *group;
 
 	group = bpf_map_lookup_elem(groups, &ref->vni);
@@ -284,6 +292,14 @@ static __always_inline int replicate(struct xdp_md *ctx, void *groups, void *lar
 	current->udp_source = bpf_htons(49152 | (inner_flow_hash(data, data_end) & 0x3fff));
 	current->inner_len = inner_len;
 	current->flags = flags;
+	tunnel = flags & COMMAND_FROM_TUNNEL ? NULL : bpf_map_lookup_elem(&vni_tunnels, &ref->vni_slot);
+	if (tunnel && tunnel->vni == ref->vni) {
+		current->tunnel_ifindex = tunnel->ifindex;
+		current->first_peer = tunnel->first_peer;
+		current->peers = tunnel->peers;
+	} else {
+		current->tunnel_ifindex = 0;
+	}
 
 	/* Native mode carries the command with the frame; generic mode gives egress no metadata (current_command). */
 	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*cmd)) == 0) {
@@ -405,11 +421,16 @@ static __always_inline struct peer *copy_peer(__u32 port_slot, __u32 ifindex, st
 	if (!state)
 		return NULL;
 	if (state->seq != cmd->seq) {
-		row = bpf_map_lookup_elem(&port_vnis, &member);
 		state->seq = cmd->seq;
 		state->next_copy = 0;
-		state->first_peer = row ? row->first_peer : 0;
-		state->peers = row ? row->peers : 0;
+		if (cmd->tunnel_ifindex == ifindex) {
+			state->first_peer = cmd->first_peer;
+			state->peers = cmd->peers;
+		} else {
+			row = bpf_map_lookup_elem(&port_vnis, &member);
+			state->first_peer = row ? row->first_peer : 0;
+			state->peers = row ? row->peers : 0;
+		}
 	}
 	if (state->next_copy >= state->peers)
 		return NULL;

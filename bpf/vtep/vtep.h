@@ -82,6 +82,15 @@ struct peer {
 	__u16 pad;
 };
 
+/* vni_tunnels[vni slot]: a copy of port_vnis' row for the VNI's first tunnel port (the lowest ifindex), so that
+ * ingress hands it to egress in the command and copies to that port need no hash lookup. */
+struct vni_tunnel {
+	__u32 vni;     /* whose row this is: while a slot passes to another VNI during an update, it is not used */
+	__u32 ifindex; /* the tunnel port */
+	__u32 first_peer;
+	__u32 peers;
+};
+
 /* peer_admission[{vni, remote_ip}] = 1: VXLAN for a VNI is accepted only from a configured peer of it, and only on
  * a tunnel port that is a member of the VNI (port_vnis). */
 struct peer_addr_key {
@@ -102,8 +111,10 @@ struct command {
 	__be16 udp_source; /* outer UDP source port, from a hash of the Inner flow: computed once per frame */
 	__u16 inner_len;
 	__u16 flags;
-	__u32 reserved[3]; /* keeps the command at 32 bytes, the metadata's size in the seed */
-} __attribute__((aligned(8))); /* copied as four 8-byte words, not byte by byte */
+	__u32 tunnel_ifindex; /* vni_tunnels: copies to this port find their peers here (0: look them up) */
+	__u32 first_peer;
+	__u32 peers;
+} __attribute__((aligned(8))); /* 32 bytes, the metadata's limit; copied as four 8-byte words */
 
 /* Drop reasons, counted per port and, where the VNI is known, per VNI. */
 enum drop_reason {
@@ -133,7 +144,7 @@ struct traffic_stats {
 };
 
 /* copy_state[port slot], per CPU: the frame whose copies are being numbered, the next copy number, and the
- * VNI's peers behind the port (port_vnis), looked up once per frame instead of once per copy. */
+ * VNI's peers behind the port (from the command, or port_vnis), found once per frame instead of once per copy. */
 struct copy_state {
 	__u32 seq;
 	__u32 next_copy;

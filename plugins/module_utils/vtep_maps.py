@@ -87,6 +87,15 @@ class PeerValue(ctypes.Structure):
     _fields_ = [("remote_ip", ctypes.c_uint32), ("mac", ctypes.c_uint8 * 6), ("pad", ctypes.c_uint16)]
 
 
+class VniTunnel(ctypes.Structure):
+    _fields_ = [
+        ("vni", ctypes.c_uint32),
+        ("ifindex", ctypes.c_uint32),
+        ("first_peer", ctypes.c_uint32),
+        ("peers", ctypes.c_uint32),
+    ]
+
+
 class PeerAddrKey(ctypes.Structure):
     _fields_ = [("vni", ctypes.c_uint32), ("addr", ctypes.c_uint32)]
 
@@ -114,15 +123,16 @@ LAYOUTS = {
         MapLayout("vlan_bindings", VlanKey, VniRef),
         MapLayout("port_vnis", PortVniKey, PortVni),
         MapLayout("tunnel_peers", ctypes.c_uint32, PeerValue),
+        MapLayout("vni_tunnels", ctypes.c_uint32, VniTunnel),
         MapLayout("peer_admission", PeerAddrKey, ctypes.c_uint32),
         MapLayout("vni_stats", ctypes.c_uint32, TrafficStats),
         MapLayout("port_stats", ctypes.c_uint32, TrafficStats),
     )
 }
-# In the order they are written: a row of peers is in tunnel_peers before port_vnis points at it.
-CONFIG_MAPS = ("port_config", "vlan_bindings", "tunnel_peers", "port_vnis", "peer_admission")
+# In the order they are written: a row of peers is in tunnel_peers before port_vnis and vni_tunnels point at it.
+CONFIG_MAPS = ("port_config", "vlan_bindings", "tunnel_peers", "port_vnis", "vni_tunnels", "peer_admission")
 # Arrays among them: every index exists, an all-zero value is an absent entry and removing one writes zeros.
-ARRAY_MAPS = ("port_config", "tunnel_peers")
+ARRAY_MAPS = ("port_config", "tunnel_peers", "vni_tunnels")
 # HASH_OF_MAPS: VNI -> DEVMAP_HASH of members (sizes only, no BTF). "flood" groups serve frames from local ports,
 # "local" groups (local members only: split horizon) decapsulated ones. Broadcast walks every bucket of a group,
 # so groups of up to VTEP_SMALL_GROUP members live in the small maps.
@@ -327,6 +337,9 @@ def compile_desired(
         # Also admits the VNI on the port.
         row = PortVni(vni_slot=vni_slot[vni], peers=len(peers), first_peer=first[(vni, ifindex)])
         put("port_vnis", PortVniKey(vni, ifindex), row)
+        key = ctypes.c_uint32(vni_slot[vni])
+        if bytes(key) not in out.entries["vni_tunnels"]:  # sorted: the VNI's first tunnel port
+            put("vni_tunnels", key, VniTunnel(vni, ifindex, row.first_peer, row.peers))
     return out
 
 
