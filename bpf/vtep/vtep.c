@@ -11,7 +11,8 @@
  * with the VNI's VID; tunnel copies get the 50-byte Outer. One uplink carries many peers: the kernel runs the
  * first queued frame's egress program for every frame queued to a device (kernel/bpf/devmap.c, bq_enqueue), so
  * the peer cannot come from the entry. Instead ingress stamps a per-CPU frame number into the command and
- * egress numbers the copies of each frame per device (copy_state): copy n goes to tunnel_peers[vni, port, n].
+ * egress numbers the copies of each frame per device (copy_state): copy n goes to the n-th peer of the VNI
+ * behind the port, tunnel_peers[port_vnis[vni, port].first_peer + n].
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -83,8 +84,8 @@ GROUP_MAP(vni_local, member_group);
 GROUP_MAP(vni_local_large, large_member_group);
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, VTEP_MAX_PORTS);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VTEP_MAX_IFINDEX);
 	__type(key, __u32);
 	__type(value, struct port_config);
 } port_config SEC(".maps");
@@ -104,11 +105,18 @@ struct {
 } port_vnis SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, VTEP_MAX_VNIS * 16);
-	__type(key, struct peer_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VTEP_MAX_PEERS);
+	__type(key, __u32);
 	__type(value, struct peer);
 } tunnel_peers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VTEP_MAX_VNIS);
+	__type(key, __u32);
+	__type(value, struct vni_tunnel);
+} vni_tunnels SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -263,6 +271,7 @@ static __always_inline int replicate(struct xdp_md *ctx, void *groups, void *lar
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 zero = 0, inner_len = data_end - data;
 	struct command *cmd, *current;
+	struct vni_tunnel *tunnel;
 	void *group;
 
 	group = bpf_map_lookup_elem(groups, &ref->vni);
@@ -279,15 +288,24 @@ static __always_inline int replicate(struct xdp_md *ctx, void *groups, void *lar
 	current->vni = ref->vni;
 	current->vni_slot = ref->vni_slot;
 	current->seq++;
-	current->flow_hash = inner_flow_hash(data, data_end);
+	/* RFC 7348: a source port from the Inner flow, in the dynamic range 49152-65535. */
+	current->udp_source = bpf_htons(49152 | (inner_flow_hash(data, data_end) & 0x3fff));
 	current->inner_len = inner_len;
 	current->flags = flags;
+	tunnel = flags & COMMAND_FROM_TUNNEL ? NULL : bpf_map_lookup_elem(&vni_tunnels, &ref->vni_slot);
+	if (tunnel && tunnel->vni == ref->vni) {
+		current->tunnel_ifindex = tunnel->ifindex;
+		current->first_peer = tunnel->first_peer;
+		current->peers = tunnel->peers;
+	} else {
+		current->tunnel_ifindex = 0;
+	}
 
 	/* Native mode carries the command with the frame; generic mode gives egress no metadata (current_command). */
 	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*cmd)) == 0) {
 		cmd = (void *)(long)ctx->data_meta;
 		if ((void *)(cmd + 1) <= (void *)(long)ctx->data)
-			__builtin_memcpy(cmd, current, sizeof(*cmd));
+			*cmd = *current;
 	}
 	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
 }
@@ -348,7 +366,7 @@ int vtep_ingress(struct xdp_md *ctx)
 	int reason;
 
 	port = bpf_map_lookup_elem(&port_config, &ifindex);
-	if (!port)
+	if (!port || port->kind == PORT_NONE)
 		return XDP_PASS;
 	count_rx(&port_stats, port->slot, data_end - data);
 
@@ -374,36 +392,51 @@ int vtep_ingress(struct xdp_md *ctx)
  * current_command. */
 static __always_inline int take_command(struct xdp_md *ctx, struct command *cmd)
 {
-	void *meta = (void *)(long)ctx->data_meta;
-	void *data = (void *)(long)ctx->data;
+	struct command *meta = (void *)(long)ctx->data_meta;
 	struct command *found;
 	__u32 zero = 0;
 
-	if (meta + sizeof(*cmd) <= data) {
-		__builtin_memcpy(cmd, meta, sizeof(*cmd));
+	if ((void *)(meta + 1) <= (void *)(long)ctx->data) {
+		*cmd = *meta;
 		bpf_xdp_adjust_meta(ctx, (int)sizeof(*cmd));
 	} else {
 		found = bpf_map_lookup_elem(&current_command, &zero);
 		if (!found)
 			return -1;
-		__builtin_memcpy(cmd, found, sizeof(*cmd));
+		*cmd = *found;
 	}
 	return cmd->magic == VTEP_COMMAND_MAGIC ? 0 : -1;
 }
 
-/* Number this copy among the copies of its frame on this port. */
-static __always_inline int copy_number(__u32 port_slot, __u32 seq, __u32 *copy)
+/* The peer of this copy. The copies of one frame on a port run one after the other and are numbered 0, 1, ...;
+ * copy n goes to the n-th of the VNI's peers behind the port. NULL: more copies than peers (during an update). */
+static __always_inline struct peer *copy_peer(__u32 port_slot, __u32 ifindex, struct command *cmd)
 {
 	struct copy_state *state = bpf_map_lookup_elem(&copy_state, &port_slot);
+	struct port_vni_key member = { .vni = cmd->vni, .ifindex = ifindex };
+	struct port_vni *row;
+	struct peer *peer;
+	__u32 index;
 
 	if (!state)
-		return -1;
-	if (state->seq != seq) {
-		state->seq = seq;
+		return NULL;
+	if (state->seq != cmd->seq) {
+		state->seq = cmd->seq;
 		state->next_copy = 0;
+		if (cmd->tunnel_ifindex == ifindex) {
+			state->first_peer = cmd->first_peer;
+			state->peers = cmd->peers;
+		} else {
+			row = bpf_map_lookup_elem(&port_vnis, &member);
+			state->first_peer = row ? row->first_peer : 0;
+			state->peers = row ? row->peers : 0;
+		}
 	}
-	*copy = state->next_copy++;
-	return 0;
+	if (state->next_copy >= state->peers)
+		return NULL;
+	index = state->first_peer + state->next_copy++;
+	peer = bpf_map_lookup_elem(&tunnel_peers, &index);
+	return peer && peer->remote_ip ? peer : NULL;
 }
 
 static __always_inline struct outer_template *outer_template(__u32 port_slot, __u32 vni, __u32 inner_len)
@@ -474,8 +507,7 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct port_config *p
 	sum = t->ip_csum_partial + (port->local_ip & 0xffff) + (port->local_ip >> 16) + (peer->remote_ip & 0xffff) +
 	      (peer->remote_ip >> 16);
 	*(__sum16 *)(data + OUTER_IP_CHECK) = xf_csum_fold(sum);
-	/* RFC 7348: a source port from the Inner flow, in the dynamic range 49152-65535. */
-	*(__be16 *)(data + OUTER_UDP_SOURCE) = bpf_htons(49152 | (cmd->flow_hash & 0x3fff));
+	*(__be16 *)(data + OUTER_UDP_SOURCE) = cmd->udp_source;
 	return 0;
 }
 
@@ -484,7 +516,6 @@ int vtep_egress(struct xdp_md *ctx)
 {
 	__u32 ifindex = ctx->egress_ifindex;
 	struct port_vni_key member = { .ifindex = ifindex };
-	struct peer_key which = { .ifindex = ifindex };
 	struct xf_vlan_hdr *tag;
 	struct port_config *port;
 	struct port_vni *binding;
@@ -494,7 +525,7 @@ int vtep_egress(struct xdp_md *ctx)
 	void *data, *data_end;
 
 	port = bpf_map_lookup_elem(&port_config, &ifindex);
-	if (!port)
+	if (!port || port->kind == PORT_NONE)
 		return XDP_DROP; /* not a VTEP port (any more): nothing to count it on */
 	if (take_command(ctx, &cmd))
 		return drop(port->slot, NO_VNI_SLOT, DROP_BAD_COMMAND);
@@ -518,10 +549,7 @@ int vtep_egress(struct xdp_md *ctx)
 	case PORT_TUNNEL:
 		if (cmd.flags & COMMAND_FROM_TUNNEL)
 			return drop(port->slot, cmd.vni_slot, DROP_SPLIT_HORIZON);
-		which.vni = cmd.vni;
-		if (copy_number(port->slot, cmd.seq, &which.copy))
-			return drop(port->slot, cmd.vni_slot, DROP_NO_PEER);
-		peer = bpf_map_lookup_elem(&tunnel_peers, &which);
+		peer = copy_peer(port->slot, ifindex, &cmd);
 		if (!peer)
 			return drop(port->slot, cmd.vni_slot, DROP_NO_PEER);
 		if (cmd.inner_len + VXLAN_OVERHEAD - sizeof(struct ethhdr) > port->mtu)

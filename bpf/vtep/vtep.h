@@ -13,8 +13,12 @@
 #define VXLAN_PORT 4789
 #define VXLAN_OVERHEAD 50 /* outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 */
 #define VTEP_MAX_PORTS 256
+/* port_config is an array indexed by ifindex (an index, not a hash lookup, on the per-frame and per-copy paths):
+ * a VTEP port's ifindex must be below this. */
+#define VTEP_MAX_IFINDEX 16384
 #define VTEP_MAX_VNIS 4096
 #define VTEP_MAX_MEMBERS 256 /* devmap entries per VNI: local ports plus remote peers */
+#define VTEP_MAX_PEERS 65536 /* tunnel_peers entries, all VNIs and tunnel ports together (16 per VNI on average) */
 /* Broadcast walks every bucket of a DEVMAP_HASH, so a group's capacity costs per frame: groups of up to
  * VTEP_SMALL_GROUP members live in maps of that size (vni_flood, vni_local), larger ones in *_large maps. */
 #define VTEP_SMALL_GROUP 16
@@ -26,7 +30,7 @@ enum port_kind {
 	PORT_TUNNEL = 3, /* VXLAN underlay: decap on ingress, encap per peer on egress */
 };
 
-/* port_config[ifindex]. Slots are small indexes that user space assigns, so that per-port and per-VNI state
+/* port_config[ifindex]; kind PORT_NONE: not a VTEP port. Slots are small indexes that user space assigns, so that per-port and per-VNI state
  * lives in arrays (an index, not a hash lookup, on the per-copy path). */
 struct port_config {
 	__u32 kind;      /* enum port_kind */
@@ -53,30 +57,38 @@ struct vlan_key {
 
 /* port_vnis[{vni, ifindex}]: a port's membership in a VNI. Egress lets a local copy leave a port only when the
  * port is a member of the copy's VNI, and on a trunk only with the VID bound to that VNI; ingress accepts VXLAN
- * on a tunnel port only for the VNIs it is a member of. */
+ * on a tunnel port only for the VNIs it is a member of; on a tunnel port it also says where the VNI's peers
+ * behind that port are in tunnel_peers. */
 struct port_vni_key {
 	__u32 vni;
 	__u32 ifindex;
 };
 
 struct port_vni {
-	__u16 vid;      /* trunk: the VID of this VNI on the port; otherwise 0 */
-	__u16 vni_slot; /* the VNI's index in vni_stats */
+	__u16 vid;        /* trunk: the VID of this VNI on the port; otherwise 0 */
+	__u16 vni_slot;   /* the VNI's index in vni_stats */
+	__u16 peers;      /* tunnel: the VNI's peers behind this port, one per copy */
+	__u16 pad;
+	__u32 first_peer; /* tunnel: tunnel_peers index of the peer that copy 0 goes to; copy n gets first_peer + n */
 };
 
-/* tunnel_peers[{vni, ifindex, copy}]: the remote VTEP that the copy-th copy of a frame on this tunnel port gets.
- * A devmap entry per peer makes the copies; all entries of a port run the same egress program, so a copy's
- * peer comes from its position among the frame's copies (see copy_state), not from which entry made it. */
-struct peer_key {
-	__u32 vni;
-	__u32 ifindex;
-	__u32 copy;
-};
-
+/* tunnel_peers[index]: a remote VTEP, an array so that each copy costs an index, not a hash lookup. A devmap
+ * entry per peer makes the copies; all entries of a port run the same egress program, so a copy's peer comes
+ * from its position among the frame's copies (see copy_state), not from which entry made it. An all-zero
+ * entry is no peer. */
 struct peer {
 	__be32 remote_ip;
 	__u8 mac[6]; /* next hop */
 	__u16 pad;
+};
+
+/* vni_tunnels[vni slot]: a copy of port_vnis' row for the VNI's first tunnel port (the lowest ifindex), so that
+ * ingress hands it to egress in the command and copies to that port need no hash lookup. */
+struct vni_tunnel {
+	__u32 vni;     /* whose row this is: while a slot passes to another VNI during an update, it is not used */
+	__u32 ifindex; /* the tunnel port */
+	__u32 first_peer;
+	__u32 peers;
 };
 
 /* peer_admission[{vni, remote_ip}] = 1: VXLAN for a VNI is accepted only from a configured peer of it, and only on
@@ -94,13 +106,15 @@ struct peer_addr_key {
 struct command {
 	__u32 magic;
 	__u32 vni;
-	__u32 seq;       /* per-CPU frame number: numbers the copies of one frame on a tunnel port */
-	__u32 flow_hash; /* of the Inner flow: the outer UDP source port */
+	__u32 seq;         /* per-CPU frame number: numbers the copies of one frame on a tunnel port */
+	__u16 vni_slot;
+	__be16 udp_source; /* outer UDP source port, from a hash of the Inner flow: computed once per frame */
 	__u16 inner_len;
 	__u16 flags;
-	__u16 vni_slot;
-	__u16 reserved[5]; /* keeps the command at 32 bytes, the metadata's size in the seed */
-};
+	__u32 tunnel_ifindex; /* vni_tunnels: copies to this port find their peers here (0: look them up) */
+	__u32 first_peer;
+	__u32 peers;
+} __attribute__((aligned(8))); /* 32 bytes, the metadata's limit; copied as four 8-byte words */
 
 /* Drop reasons, counted per port and, where the VNI is known, per VNI. */
 enum drop_reason {
@@ -129,10 +143,13 @@ struct traffic_stats {
 	__u64 drops[DROP_REASONS];
 };
 
-/* copy_state[port slot], per CPU: the frame whose copies are being numbered and the next copy number. */
+/* copy_state[port slot], per CPU: the frame whose copies are being numbered, the next copy number, and the
+ * VNI's peers behind the port (from the command, or port_vnis), found once per frame instead of once per copy. */
 struct copy_state {
 	__u32 seq;
 	__u32 next_copy;
+	__u32 first_peer;
+	__u32 peers;
 };
 
 #endif

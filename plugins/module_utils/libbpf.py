@@ -681,9 +681,10 @@ class Map:
             ret = lib().bpf_map_lookup_batch(self.fd, in_batch, out_batch, keys, values, ctypes.byref(count), opts)
             if ret < 0 and ret != -errno.ENOENT:
                 _check(f"bpf_map_lookup_batch({self.name})", ret)
+            raw_keys, raw_values = keys.raw, values.raw  # .raw copies the whole buffer: once per batch
             for n in range(count.value):
-                key = keys.raw[n * self.key_size : (n + 1) * self.key_size]
-                value = values.raw[n * self.value_buffer_size : (n + 1) * self.value_buffer_size]
+                key = raw_keys[n * self.key_size : (n + 1) * self.key_size]
+                value = raw_values[n * self.value_buffer_size : (n + 1) * self.value_buffer_size]
                 entries.append((key, value))
             if ret == -errno.ENOENT:  # the kernel's way of saying "that was the last batch"
                 return entries

@@ -37,8 +37,10 @@ from typing import Any
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 VLAN_TAG_LEN = 4
 VTEP_MAX_PORTS = 256
+VTEP_MAX_IFINDEX = 16384  # port_config is an array indexed by ifindex
 VTEP_MAX_VNIS = 4096
 VTEP_MAX_MEMBERS = 256  # devmap entries per VNI: local ports plus remote peers
+VTEP_MAX_PEERS = 65536  # tunnel_peers entries, all VNIs together
 
 VNI_MIN, VNI_MAX = 1, 16777215
 VID_MIN, VID_MAX = 1, 4094
@@ -552,13 +554,21 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> 
             f"document: uses {len(first_use)} ports, above the data plane's limit of {VTEP_MAX_PORTS} (VTEP_MAX_PORTS)"
         )
 
-    # Interfaces that exist: each missing name once, at its first use.
-    missing_reported: set[str] = set()
+    # Interfaces that exist, with an ifindex the data plane can index: each problem once, at the first use.
+    reported: set[str] = set()
     for name, path in uses:
-        if name not in interfaces and name not in missing_reported:
-            missing_reported.add(name)
+        if name in reported:
+            continue
+        if name not in interfaces:
+            reported.add(name)
             problems.append(
                 f"{path}: interface {name} does not exist on this host ({_interfaces_hint(name, interfaces)})"
+            )
+        elif interfaces[name].ifindex >= VTEP_MAX_IFINDEX:
+            reported.add(name)
+            problems.append(
+                f"{path}: interface {name} has ifindex {interfaces[name].ifindex}, above the data plane's limit of "
+                f"{VTEP_MAX_IFINDEX - 1} (VTEP_MAX_IFINDEX)"
             )
 
     problems.extend(_mtu_problems(tunnels, vnis, interfaces))

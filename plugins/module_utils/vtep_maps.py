@@ -20,6 +20,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import MapLayout, TypedMap
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import (
     VTEP_MAX_MEMBERS,
+    VTEP_MAX_PEERS,
     VTEP_MAX_PORTS,
     VTEP_MAX_VNIS,
     VtepConfig,
@@ -73,15 +74,26 @@ class PortVniKey(ctypes.Structure):
 
 
 class PortVni(ctypes.Structure):
-    _fields_ = [("vid", ctypes.c_uint16), ("vni_slot", ctypes.c_uint16)]
-
-
-class PeerKey(ctypes.Structure):
-    _fields_ = [("vni", ctypes.c_uint32), ("ifindex", ctypes.c_uint32), ("copy", ctypes.c_uint32)]
+    _fields_ = [
+        ("vid", ctypes.c_uint16),
+        ("vni_slot", ctypes.c_uint16),
+        ("peers", ctypes.c_uint16),
+        ("pad", ctypes.c_uint16),
+        ("first_peer", ctypes.c_uint32),
+    ]
 
 
 class PeerValue(ctypes.Structure):
     _fields_ = [("remote_ip", ctypes.c_uint32), ("mac", ctypes.c_uint8 * 6), ("pad", ctypes.c_uint16)]
+
+
+class VniTunnel(ctypes.Structure):
+    _fields_ = [
+        ("vni", ctypes.c_uint32),
+        ("ifindex", ctypes.c_uint32),
+        ("first_peer", ctypes.c_uint32),
+        ("peers", ctypes.c_uint32),
+    ]
 
 
 class PeerAddrKey(ctypes.Structure):
@@ -110,13 +122,17 @@ LAYOUTS = {
         MapLayout("port_config", ctypes.c_uint32, PortConfig),
         MapLayout("vlan_bindings", VlanKey, VniRef),
         MapLayout("port_vnis", PortVniKey, PortVni),
-        MapLayout("tunnel_peers", PeerKey, PeerValue),
+        MapLayout("tunnel_peers", ctypes.c_uint32, PeerValue),
+        MapLayout("vni_tunnels", ctypes.c_uint32, VniTunnel),
         MapLayout("peer_admission", PeerAddrKey, ctypes.c_uint32),
         MapLayout("vni_stats", ctypes.c_uint32, TrafficStats),
         MapLayout("port_stats", ctypes.c_uint32, TrafficStats),
     )
 }
-CONFIG_MAPS = ("port_config", "vlan_bindings", "port_vnis", "tunnel_peers", "peer_admission")
+# In the order they are written: a row of peers is in tunnel_peers before port_vnis and vni_tunnels point at it.
+CONFIG_MAPS = ("port_config", "vlan_bindings", "tunnel_peers", "port_vnis", "vni_tunnels", "peer_admission")
+# Arrays among them: every index exists, an all-zero value is an absent entry and removing one writes zeros.
+ARRAY_MAPS = ("port_config", "tunnel_peers", "vni_tunnels")
 # HASH_OF_MAPS: VNI -> DEVMAP_HASH of members (sizes only, no BTF). "flood" groups serve frames from local ports,
 # "local" groups (local members only: split horizon) decapsulated ones. Broadcast walks every bucket of a group,
 # so groups of up to VTEP_SMALL_GROUP members live in the small maps.
@@ -192,6 +208,16 @@ class MapContents:
             for k, v in self.entries["port_vnis"].items()
         }
 
+    def peer_rows(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(vni, tunnel port ifindex) -> (first_peer, peers): where a VNI's peers behind a port are in tunnel_peers."""
+        rows = {}
+        for k, v in self.entries["port_vnis"].items():
+            value = PortVni.from_buffer_copy(v)
+            if value.peers:
+                key = PortVniKey.from_buffer_copy(k)
+                rows[(key.vni, key.ifindex)] = (value.first_peer, value.peers)
+        return rows
+
 
 def assign_slots(wanted, current: dict[int, int], capacity: int) -> dict[int, int]:
     """Slots for the wanted keys: the ones they have now, the smallest free ones for newcomers."""
@@ -201,6 +227,49 @@ def assign_slots(wanted, current: dict[int, int], capacity: int) -> dict[int, in
         if key not in slots:
             slots[key] = next(free)
     return slots
+
+
+def _free_run(taken: set[int], count: int, start: int, capacity: int) -> int | None:
+    """The first index from start on where count indexes in a row are free."""
+    run = 0
+    for index in range(start, capacity):
+        run = 0 if index in taken else run + 1
+        if run == count:
+            return index - count + 1
+    return None
+
+
+def place_rows(wanted: dict, current: dict[tuple, tuple[int, int]], capacity: int) -> dict:
+    """The first tunnel_peers index of each wanted row (row -> number of peers). A row stays where it is when it
+    shrinks or keeps its size, or grows into free indexes; otherwise it moves to indexes that no current row
+    uses, so the peers it moves to are written before port_vnis points at them and the old ones still serve
+    until then."""
+    taken: set[int] = set()
+    for first, count in current.values():
+        taken.update(range(first, first + count))
+    placed = {}
+    for row, count in sorted(wanted.items()):
+        if row in current:
+            first, had = current[row]
+            if count <= had or taken.isdisjoint(range(first + had, first + count)):
+                placed[row] = first
+                taken.update(range(first, first + count))
+    hint = 0  # where the last new row ended: new rows mostly go one after another
+    for row, count in sorted(wanted.items()):
+        if row in placed:
+            continue
+        first = _free_run(taken, count, hint, capacity)
+        if first is None:
+            first = _free_run(taken, count, 0, capacity)
+        if first is None:
+            raise ValueError(
+                f"VNI {row[0]}: no room for {count} more peers in tunnel_peers, the data plane's limit of "
+                f"{capacity} (VTEP_MAX_PEERS)"
+            )
+        placed[row] = first
+        taken.update(range(first, first + count))
+        hint = first + count
+    return placed
 
 
 def compile_desired(
@@ -221,6 +290,7 @@ def compile_desired(
     def port_config(port: Port, **fields) -> PortConfig:
         return PortConfig(mtu=port.mtu, slot=port_slot[port.ifindex], **fields)
 
+    rows: dict[tuple[int, int], list[PeerValue]] = {}  # (vni, tunnel port ifindex) -> peers in copy order
     for tunnel in config.tunnel_ports:
         port = ports[tunnel.port]
         mac = (ctypes.c_uint8 * 6)(*mac_bytes(port.mac))
@@ -254,16 +324,22 @@ def compile_desired(
             copy = copies.get(peer.via, 0)
             copies[peer.via] = copy + 1
             mac = peer.mac or peer_macs[(vni.vni, peer.ip)]
-            put("port_vnis", PortVniKey(vni.vni, port.ifindex), PortVni(vni_slot=slot))  # admits the VNI there
-            put(
-                "tunnel_peers",
-                PeerKey(vni.vni, port.ifindex, copy),
-                PeerValue(remote_ip=ip_be(peer.ip), mac=(ctypes.c_uint8 * 6)(*mac_bytes(mac))),
-            )
+            value = PeerValue(remote_ip=ip_be(peer.ip), mac=(ctypes.c_uint8 * 6)(*mac_bytes(mac)))
+            rows.setdefault((vni.vni, port.ifindex), []).append(value)
             put("peer_admission", PeerAddrKey(vni.vni, ip_be(peer.ip)), ctypes.c_uint32(1))
             flood[peer_member_key(port.ifindex, copy)] = port.ifindex
         if not local:
             del out.groups["local"][vni.vni]
+    first = place_rows({row: len(peers) for row, peers in rows.items()}, current.peer_rows(), VTEP_MAX_PEERS)
+    for (vni, ifindex), peers in sorted(rows.items()):
+        for copy, value in enumerate(peers):
+            put("tunnel_peers", ctypes.c_uint32(first[(vni, ifindex)] + copy), value)
+        # Also admits the VNI on the port.
+        row = PortVni(vni_slot=vni_slot[vni], peers=len(peers), first_peer=first[(vni, ifindex)])
+        put("port_vnis", PortVniKey(vni, ifindex), row)
+        key = ctypes.c_uint32(vni_slot[vni])
+        if bytes(key) not in out.entries["vni_tunnels"]:  # sorted: the VNI's first tunnel port
+            put("vni_tunnels", key, VniTunnel(vni, ifindex, row.first_peer, row.peers))
     return out
 
 
@@ -281,7 +357,10 @@ class VtepMaps:
     def read(self) -> MapContents:
         out = MapContents()
         for name in CONFIG_MAPS:
-            out.entries[name] = dict(self.maps[name].dump())
+            entries = self.maps[name].dump()
+            if name in ARRAY_MAPS:
+                entries = [(k, v) for k, v in entries if any(v)]
+            out.entries[name] = dict(entries)
         for (kind, size), name in GROUP_MAPS.items():
             for raw_vni, ref in self.maps[name].dump():
                 vni = int.from_bytes(raw_vni, "little")
@@ -362,16 +441,23 @@ class Writer:
         self.undo: list = []
         self._open: list[int] = []
 
+    def _remove(self, name: str, key: bytes) -> None:
+        m = self.maps[name]
+        if name in ARRAY_MAPS:
+            m.update(key, bytes(m.value_size))
+        else:
+            m.delete(key)
+
     def _put(self, name: str, key: bytes, value: bytes) -> None:
         old = self.current.entries.get(name, {}).get(key)
         m = self.maps[name]
         m.update(key, value)
-        self.undo.append(lambda: m.update(key, old) if old is not None else m.delete(key))
+        self.undo.append(lambda: m.update(key, old) if old is not None else self._remove(name, key))
 
     def _delete(self, name: str, key: bytes) -> None:
         old = self.current.entries[name][key]
         m = self.maps[name]
-        m.delete(key)
+        self._remove(name, key)
         self.undo.append(lambda: m.update(key, old))
 
     def _group(self, kind: str, size: str, vni: int) -> tuple[libbpf.Map, bool]:
@@ -488,11 +574,14 @@ def describe(contents: MapContents, names: dict[int, str]) -> dict[int, set[str]
         vid = PortVni.from_buffer_copy(raw_value).vid
         words = f"trunk {name(key.ifindex)} VID {vid}" if kind == "trunk" else f"access port {name(key.ifindex)}"
         out.setdefault(key.vni, set()).add(words)
-    for raw_key, raw_value in contents.entries["tunnel_peers"].items():
-        key = PeerKey.from_buffer_copy(raw_key)
-        peer = PeerValue.from_buffer_copy(raw_value)
-        said = f"peer {ip_str(peer.remote_ip)} via {name(key.ifindex)} ({mac_str(peer.mac)})"
-        out.setdefault(key.vni, set()).add(said)
+    peers = contents.entries["tunnel_peers"]
+    for (vni, ifindex), (first, count) in contents.peer_rows().items():
+        for index in range(first, first + count):
+            raw = peers.get(bytes(ctypes.c_uint32(index)))
+            if raw is not None:
+                peer = PeerValue.from_buffer_copy(raw)
+                said = f"peer {ip_str(peer.remote_ip)} via {name(ifindex)} ({mac_str(peer.mac)})"
+                out.setdefault(vni, set()).add(said)
     for ifindex, port in ports.items():
         if port.kind == PORT_TUNNEL:
             out.setdefault(0, set()).add(f"tunnel port {name(ifindex)} local {ip_str(port.local_ip)} MTU {port.mtu}")

@@ -199,7 +199,10 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
         maps = {name: instance.obj.map(name) for name in vm.MAP_NAMES}
         egress = instance.obj.program("vtep_egress")
         current = vm.VtepMaps(maps).read()
-        desired = vm.compile_desired(config, ports, peer_macs, current)
+        try:
+            desired = vm.compile_desired(config, ports, peer_macs, current)
+        except ValueError as exc:  # the maps have no room for it
+            module.fail_json(msg=f"the VTEP configuration does not fit the data plane, nothing was changed: {exc}")
         difference = vm.diff(current, desired)
         egress_tag = egress.info().tag
         difference.rewire_egress = any(tag != egress_tag for tag in _prog_tags(current.egress_prog_ids))

@@ -24,7 +24,7 @@ ADDRESS = {
 }  # fmt: skip
 XDP_TASK = "xdpfleet.fabric.vtep : Configure the XDP VTEP"
 LINUX_TASK = "xdpfleet.fabric.vtep : Configure the Linux kernel VTEP"
-CONFIG_MAPS = ("port_config", "vlan_bindings", "port_vnis", "tunnel_peers", "peer_admission")
+CONFIG_MAPS = ("port_config", "vlan_bindings", "tunnel_peers", "port_vnis", "vni_tunnels", "peer_admission")
 
 
 @pytest.fixture(scope="module")

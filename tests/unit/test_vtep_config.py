@@ -110,9 +110,32 @@ def test_schema_is_a_valid_draft_2020_12_schema():
 def test_limits_match_the_data_plane_header():
     header = (REPO / "bpf" / "vtep" / "vtep.h").read_text()
     defines = dict(re.findall(r"^#define\s+(\w+)\s+(\d+)", header, re.M))
-    for name in ("VXLAN_OVERHEAD", "VTEP_MAX_PORTS", "VTEP_MAX_VNIS", "VTEP_MAX_MEMBERS"):
+    for name in (
+        "VXLAN_OVERHEAD",
+        "VTEP_MAX_PORTS",
+        "VTEP_MAX_IFINDEX",
+        "VTEP_MAX_VNIS",
+        "VTEP_MAX_MEMBERS",
+        "VTEP_MAX_PEERS",
+    ):
         assert int(defines[name]) == getattr(vc, name), name
     assert int(defines["VTEP_SMALL_GROUP"]) == vtep_maps.VTEP_SMALL_GROUP
+
+
+def test_rows_of_peers_stay_in_place_or_move_to_free_indexes():
+    current = {(100, 5): (0, 4), (200, 5): (4, 2)}
+    # Unchanged and shrinking rows stay; a new row goes after the used indexes.
+    assert vtep_maps.place_rows({(100, 5): 3, (200, 5): 2, (300, 5): 2}, current, 64) == {
+        (100, 5): 0,
+        (200, 5): 4,
+        (300, 5): 6,
+    }
+    # A row that cannot grow where it is moves to indexes no current row uses (make before break).
+    assert vtep_maps.place_rows({(100, 5): 5, (200, 5): 2}, current, 64) == {(100, 5): 6, (200, 5): 4}
+    # The last row grows in place into free indexes.
+    assert vtep_maps.place_rows({(100, 5): 4, (200, 5): 3}, current, 64) == {(100, 5): 0, (200, 5): 4}
+    with pytest.raises(ValueError, match=r"VNI 300: no room for 60 more peers .* limit of 64 \(VTEP_MAX_PEERS\)"):
+        vtep_maps.place_rows({(100, 5): 4, (200, 5): 2, (300, 5): 60}, current, 64)
 
 
 def test_optional_lists_default_to_empty():
@@ -210,6 +233,13 @@ def _delete(path):
 def _mtu(name, mtu):
     def mutate(_doc, ifs):
         ifs[name] = InterfaceFacts(ifindex=ifs[name].ifindex, mtu=mtu, mac=ifs[name].mac)
+
+    return mutate
+
+
+def _ifindex(name, ifindex):
+    def mutate(_doc, ifs):
+        ifs[name] = InterfaceFacts(ifindex=ifindex, mtu=ifs[name].mtu, mac=ifs[name].mac)
 
     return mutate
 
@@ -450,6 +480,12 @@ INVALID = [
         "tunnel_ports[0].port",
         "interface tun-x does not exist on this host (did you mean tun-c or tun-b? "
         "it has: acc100, acc200, acclocal, lo, trunk0, trunk1, tun-b, tun-c)",
+    ),
+    (
+        "ifindex-too-large",
+        _ifindex("acc200", 16384),
+        "vnis[0].access_ports[0]",
+        "interface acc200 has ifindex 16384, above the data plane's limit of 16383 (VTEP_MAX_IFINDEX)",
     ),
     (
         "mtu-trunk-vni",

@@ -261,9 +261,10 @@ def test_membership_changes_are_live_and_minimal(vtep):
         difference = vtep.configure(config(peers_100=fewer))
         changed = {name: len(v) for name, v in difference.upserts.items() if v}
         removed = {name: len(v) for name, v in difference.deletes.items() if v}
-        # The last copy slot goes, the slots after the removed peer move down by one.
+        # The VNI's row of peers shrinks in place: its last entry goes, the peers after the removed one move down
+        # by one, and port_vnis and vni_tunnels say one peer less.
         assert removed == {"tunnel_peers": 1, "peer_admission": 1}
-        assert set(changed) == {"tunnel_peers"}
+        assert changed == {"tunnel_peers": len(PEERS_100) - 8, "port_vnis": 1, "vni_tunnels": 1}
         vtep.drain_all()
         vtep.taps["a1"].send(frame("after removal"))
         assert sorted(outer_of(c)[0] for c in vtep.taps["ul"].drain()) == sorted(fewer)
@@ -275,10 +276,12 @@ def test_a_copy_without_a_peer_is_dropped_and_counted(vtep):
     """More copies than peers on a port (a moment during an update): the extra copy is dropped, not misdelivered."""
     from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
 
-    key = bytes(vm.PeerKey(200, vtep.ports["ul"].ifindex, len(PEERS_200) - 1))
+    membership = vtep.maps["port_vnis"].lookup(bytes(vm.PortVniKey(200, vtep.ports["ul"].ifindex)))
+    row = vm.PortVni.from_buffer_copy(membership)
+    key = (row.first_peer + row.peers - 1).to_bytes(4, "little")
     peers = vtep.maps["tunnel_peers"]
     saved = peers.lookup(key)
-    peers.delete(key)
+    peers.update(key, bytes(len(saved)))  # an array entry is never absent: all zeros is no peer
     try:
         vtep.drain_all()
         before = drops(vtep, "ul").get("no_peer", 0)
