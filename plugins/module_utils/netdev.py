@@ -197,7 +197,8 @@ def nl_attr(atype: int, payload: bytes) -> bytes:
 # ---- sysfs -------------------------------------------------------------------------------------------------
 
 
-def _read(path: str) -> str | None:
+def read_text(path: str) -> str | None:
+    """A sysfs/procfs file's content, stripped; None when it cannot be read."""
     try:
         with open(path) as f:
             return f.read().strip()
@@ -206,7 +207,7 @@ def _read(path: str) -> str | None:
 
 
 def _read_int(path: str, base: int = 10) -> int | None:
-    text = _read(path)
+    text = read_text(path)
     try:
         return int(text, base) if text is not None else None
     except ValueError:
@@ -254,8 +255,8 @@ def sysfs_facts(name: str, sysfs: str = SYSFS_NET) -> dict:
     return {
         "ifindex": _read_int(os.path.join(base, "ifindex")),
         "mtu": _read_int(os.path.join(base, "mtu")),
-        "mac": _read(os.path.join(base, "address")),
-        "operstate": _read(os.path.join(base, "operstate")),
+        "mac": read_text(os.path.join(base, "address")),
+        "operstate": read_text(os.path.join(base, "operstate")),
         "iflink": _read_int(os.path.join(base, "iflink")),
         "queues": queue_counts(name, sysfs),
     }

@@ -17,6 +17,8 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.netdev import read_text
+
 ETHTOOL = "ethtool"
 SYSFS_NET = "/sys/class/net"
 SYSFS_NODE = "/sys/devices/system/node"
@@ -204,14 +206,6 @@ def _optional(*args: str) -> str | None:
     return out
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
 def cpulist(text: str) -> list[int]:
     """ "0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]."""
     cpus = []
@@ -223,12 +217,12 @@ def cpulist(text: str) -> list[int]:
 
 def numa_local_cpus(ifname: str, sysfs: str = SYSFS_NET, nodes: str = SYSFS_NODE) -> list[int]:
     """The online CPUs of the interface's NUMA node; all online CPUs when it has none (virtual devices)."""
-    node = _read(os.path.join(sysfs, ifname, "device", "numa_node"))
+    node = read_text(os.path.join(sysfs, ifname, "device", "numa_node"))
     if node and node.lstrip("-").isdigit() and int(node) >= 0:
-        text = _read(os.path.join(nodes, f"node{node}", "cpulist"))
+        text = read_text(os.path.join(nodes, f"node{node}", "cpulist"))
         if text:
             return cpulist(text)
-    return cpulist(_read("/sys/devices/system/cpu/online") or "0")
+    return cpulist(read_text("/sys/devices/system/cpu/online") or "0")
 
 
 def queue_irqs(ifname: str, profile: Profile, bus: str | None, interrupts: str | None = None) -> list[int]:
@@ -237,7 +231,7 @@ def queue_irqs(ifname: str, profile: Profile, bus: str | None, interrupts: str |
         return []
     pattern = re.compile(profile.irq_pattern.format(ifname=re.escape(ifname), bus=re.escape(bus or "")))
     if interrupts is None:
-        interrupts = _read("/proc/interrupts") or ""
+        interrupts = read_text("/proc/interrupts") or ""
     irqs = []
     for line in interrupts.splitlines():
         number, _, rest = line.partition(":")
@@ -288,7 +282,7 @@ def read_current(ifname: str, profile_name: str = "auto") -> tuple[Current, Prof
         ).stdout
     )[0]
     irqs = {
-        irq: _read(f"/proc/irq/{irq}/smp_affinity_list") or ""
+        irq: read_text(f"/proc/irq/{irq}/smp_affinity_list") or ""
         for irq in queue_irqs(ifname, profile, driver.get("bus-info"))
     }
     current = Current(
@@ -397,7 +391,7 @@ def _irq_plan(value, current: Current, profile: Profile, where: str, errors: lis
     if not current.irqs:
         errors.append(f"{path}: no queue IRQs found for {current.ifname} (profile {profile.name})")
         return {}
-    online = set(cpulist(_read("/sys/devices/system/cpu/online") or "0"))
+    online = set(cpulist(read_text("/sys/devices/system/cpu/online") or "0"))
     if value == "numa_local":
         cpus = numa_local_cpus(current.ifname)
     elif isinstance(value, list) and value and all(isinstance(c, int) and not isinstance(c, bool) for c in value):

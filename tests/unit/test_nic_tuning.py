@@ -155,7 +155,7 @@ def test_queue_irqs_follow_the_profiles_naming():
 
 
 def test_irq_affinity_spreads_queues_round_robin(monkeypatch):
-    monkeypatch.setattr(nt, "_read", lambda path: "0-3" if path.endswith("/online") else None)
+    monkeypatch.setattr(nt, "read_text", lambda path: "0-3" if path.endswith("/online") else None)
     errors: list[str] = []
     plan = nt._irq_plan(
         [2, 3], current("ice", irqs={151: "0-3", 152: "0-3", 153: "0-3"}), nt.PROFILES["ice"], "interfaces[0]", errors
