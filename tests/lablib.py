@@ -240,6 +240,10 @@ class Lab:
         """(unshare pid, sshd pid) of a host, root-namespace pids."""
         return labutil.host_pids(self.lab_dir, host)
 
+    def restart_host(self, host: str) -> None:
+        """Restart a host as a reboot would: pins, XDP links and /run go; interfaces and /etc, /var, /boot stay."""
+        labutil.restart_host(self.lab_dir, host)
+
     def mgmt_ip(self, host: str) -> str:
         return next(h["mgmt_ip"] for h in self.hosts if h["name"] == host)
 

@@ -759,6 +759,28 @@ def up(spec: dict, start_timeout: float = 20.0) -> dict:
     return describe(spec)
 
 
+def restart_host(lab_dir: str, name: str, start_timeout: float = 20.0) -> int:
+    """Restart one host as a reboot would: its processes end (sshd is PID 1: the PID namespace goes with it), and with
+    its mount namespace go its bpffs and /run, so every pin and every XDP link held only by a pin is gone. What
+    stays is what survives a reboot: the network namespace with its interfaces and the overlay upper dirs, i.e. the
+    host's /etc, /var and /boot (/var/lib/xdpfleet among them). Returns the new unshare pid."""
+    state = load_state(lab_dir)
+    spec = (state or {}).get("spec") or {}
+    host = next((h for h in spec.get("hosts", []) if h["name"] == name), None)
+    if host is None:
+        raise LabError(f"host {name!r} is not a host of the lab in {lab_dir}")
+    pid, _ = host_pids(lab_dir, name)
+    _end_processes([*_children(pid), pid])
+    host_dir = f"{lab_dir}/hosts/{name}"
+    with open(f"{host_dir}/sshd.log", "w", encoding="utf-8"):
+        pass  # _wait_listening reads this log: start from an empty one
+    new_pid = _start_host(spec, host, host_dir)
+    state["hosts"][name]["pid"] = new_pid
+    _save_state(lab_dir, state)
+    _wait_listening(spec, {name: new_pid}, start_timeout)
+    return new_pid
+
+
 def describe(spec: dict) -> dict:
     """What the module returns about a running lab."""
     prefix, lab_dir = spec["prefix"], spec["lab_dir"]

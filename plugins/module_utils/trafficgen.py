@@ -96,6 +96,32 @@ class TrafficgenError(RuntimeError):
 # ---- pre-flight ----------------------------------------------------------------------------------------------
 
 
+# A running sender records its pid in <run_dir>/trafficgen-<interface>.pid and appends each second's sample to
+# trafficgen-<interface>.jsonl; it removes both when it ends. state=absent and teardown find senders by these.
+SENDER_RECORD_PREFIX = "trafficgen-"
+
+
+def sender_pid_file(run_dir: str, ifname: str) -> str:
+    return os.path.join(run_dir, f"{SENDER_RECORD_PREFIX}{ifname}.pid")
+
+
+def sender_stats_file(run_dir: str, ifname: str) -> str:
+    return os.path.join(run_dir, f"{SENDER_RECORD_PREFIX}{ifname}.jsonl")
+
+
+def running_sender(path: str) -> int | None:
+    """The pid recorded by a sender that is still alive, else None."""
+    try:
+        with open(path) as f:
+            pid = int(f.read().strip())
+        if pid <= 0:  # kill(0 or -n) would reach a whole process group
+            return None
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
 def preflight(ifname: str, threads: int) -> tuple[dict, list[str]]:
     """Refuse, naming the fix, where this host or interface cannot send live frames; return the facts the
     report needs (environment) and warnings for what works but is slow."""
@@ -125,22 +151,15 @@ def preflight(ifname: str, threads: int) -> tuple[dict, list[str]]:
 
 
 def environment(ifname: str, host: dict, iface: dict, peer: dict) -> dict:
-    def read(path: str) -> str | None:
-        try:
-            with open(path) as f:
-                return f.read().strip()
-        except OSError:
-            return None
-
-    speed = read(f"/sys/class/net/{ifname}/speed")
-    numa = read(f"/sys/class/net/{ifname}/device/numa_node")
-    cpuinfo = read("/proc/cpuinfo") or ""
+    speed = netdev.read_text(f"/sys/class/net/{ifname}/speed")
+    numa = netdev.read_text(f"/sys/class/net/{ifname}/device/numa_node")
+    cpuinfo = netdev.read_text("/proc/cpuinfo") or ""
     model = next(
         (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), None
     )
     return {
         "kernel": host["kernel"]["release"],
-        "cmdline": read("/proc/cmdline"),
+        "cmdline": netdev.read_text("/proc/cmdline"),
         "driver": iface.get("driver"),
         "driver_version": iface.get("driver_version"),
         "firmware_version": iface.get("firmware_version"),

@@ -413,15 +413,20 @@ def detach_link(paths: InstancePaths, ifname: str, running: Running | None) -> N
         libbpf.unpin(pin_path)
 
 
-def state_record(instance: Instance, interfaces: list[str], source: str | None, object_path: str) -> dict:
+def state_record(
+    instance: Instance, interfaces: list[str], source: str | None, object_path: str, build: dict | None = None
+) -> dict:
+    """What restore needs to bring the instance back (program is the C function, as the object names it; build holds
+    the include_dirs and defines the source was compiled with, for when the cached object is gone)."""
     return {
         "name": instance.paths.name,
-        "program": instance.info.name,
+        "program": instance.program.name,
         "tag": instance.info.tag,
         "mode": instance.mode,
         "constants": instance.constants,
         "source": source,
         "object": object_path,
+        "build": build or {},
         "interfaces": {
             ifname: {"ifindex": ifindex_of(ifname), "link_pin": instance.paths.link_pin(ifname)}
             for ifname in interfaces
@@ -429,6 +434,67 @@ def state_record(instance: Instance, interfaces: list[str], source: str | None, 
         "maps": {name: instance.paths.map_pin(name) for name, m in instance.obj.maps.items() if not m.internal},
         "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
+
+
+@dataclass
+class Converged:
+    """What converge() did (or would do, in check mode) to one instance."""
+
+    plan: Plan
+    program: dict  # name, tag and id of what the interfaces run afterwards
+    maps: dict[str, str]  # map name -> pin path
+
+    @property
+    def changed(self) -> bool:
+        return self.plan.changed
+
+    def diff(self, label: str) -> dict:
+        """The plan as an Ansible diff: per interface, what runs before and after."""
+        changed_steps = [s for s in self.plan.steps if s.action != "unchanged"]
+        before = [f"{s.ifname}: {s.before}" for s in changed_steps if s.before]
+        after = [f"{s.ifname}: {s.after}" for s in changed_steps if s.action != "detach"]
+        after += [f"new map {n} (the pinned one no longer fits)" for n in self.plan.new_maps]
+        return {
+            "before_header": label,
+            "after_header": label,
+            "before": "\n".join(before) + "\n" if before else "",
+            "after": "\n".join(after) + "\n" if after else "",
+        }
+
+
+def converge(
+    paths: InstancePaths,
+    object_path: str,
+    program: str | None,
+    mode: str,
+    constants: dict,
+    interfaces: list[str],
+    source: str | None,
+    *,
+    build: dict | None = None,
+    layouts: tuple[MapLayout, ...] = (),
+    replace_foreign: bool = False,
+    check_mode: bool = False,
+) -> Converged:
+    """Load the object, plan, and (unless check_mode) apply and record: the whole present path of an instance, shared
+    by the modules that keep one and by restore. Raises XdpProgramError with a message for the user."""
+    try:
+        instance = Instance(paths, object_path, program, mode, constants, layouts)
+    except (libbpf.LibbpfError, ValueError) as exc:
+        raise XdpProgramError(f"loading {object_path} failed, nothing was changed: {exc}") from exc
+    with instance:
+        plan = instance.plan(interfaces, replace_foreign)
+        if plan.changed and not check_mode:
+            try:
+                instance.apply(plan)
+            except libbpf.LibbpfError as exc:  # a failed attach was rolled back already; this is a map pin or detach
+                raise XdpProgramError(f"{paths.name}: {exc}") from exc
+            write_state(paths, state_record(instance, interfaces, source, object_path, build))
+        return Converged(
+            plan=plan,
+            program={"name": instance.info.name, "tag": instance.info.tag, "id": instance.running_prog_id(plan)},
+            maps={n: paths.map_pin(n) for n, m in instance.obj.maps.items() if not m.internal},
+        )
 
 
 def remove(paths: InstancePaths, check_mode: bool) -> list[str]:

@@ -307,22 +307,11 @@ def sender_cpus(module) -> list[int]:
 
 
 def pid_file(module) -> str:
-    return os.path.join(module.params["run_dir"], f"trafficgen-{module.params['interface']}.pid")
+    return tg.sender_pid_file(module.params["run_dir"], module.params["interface"])
 
 
 def live_stats_file(module) -> str:
-    return os.path.join(module.params["run_dir"], f"trafficgen-{module.params['interface']}.jsonl")
-
-
-def running_sender(path: str) -> int | None:
-    """The pid recorded by a sender that is still alive, else None."""
-    try:
-        with open(path) as f:
-            pid = int(f.read().strip())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
-        return None
-    return pid
+    return tg.sender_stats_file(module.params["run_dir"], module.params["interface"])
 
 
 def compile_source(module, name: str) -> str | None:
@@ -393,7 +382,7 @@ def send(module) -> dict:
         "host": os.uname().nodename,
         "interface": iface,
     }
-    other = running_sender(pid_file(module))
+    other = tg.running_sender(pid_file(module))
     if other:
         module.fail_json(msg=f"a sender is already running on {iface} (pid {other}): stop it with state=absent")
     object_path = compile_source(module, "sender.c")
@@ -524,23 +513,22 @@ def echo(module) -> dict:
         changes = [f"{iface}: attach the echo server (ports {lo}-{hi})"]
         return {**result, **changes_and_diff(paths, changes), "counters": None}
     try:
-        instance = xp.Instance(
-            paths, object_path, "xdp_echo", p["attach_mode"], {"port_lo": lo, "port_hi": hi}, tg.ECHO_LAYOUTS
+        done = xp.converge(
+            paths,
+            object_path,
+            "xdp_echo",
+            p["attach_mode"],
+            {"port_lo": lo, "port_hi": hi},
+            [iface],
+            os.path.join(p["src_dir"], "trafficgen", "echo.c"),
+            build={"include_dirs": [os.path.join(p["src_dir"], "include")], "defines": {}},
+            layouts=tg.ECHO_LAYOUTS,
+            check_mode=module.check_mode,
         )
-    except (libbpf.LibbpfError, ValueError) as exc:
-        module.fail_json(msg=f"loading the echo server failed, nothing was changed: {exc}")
-    with instance:
-        try:
-            plan = instance.plan([iface], replace_foreign=False)
-            if plan.changed and not module.check_mode:
-                instance.apply(plan)
-                source = os.path.join(p["src_dir"], "trafficgen", "echo.c")
-                xp.write_state(paths, xp.state_record(instance, [iface], source, object_path))
-        except xp.XdpProgramError as exc:
-            module.fail_json(msg=str(exc))
-        counters = read_echo_counters(paths) if module.check_mode else echo_counters(instance.obj.maps)
-    changes = [f"{s.ifname}: {s.action} {s.after or s.before}" for s in plan.steps if s.action != "unchanged"]
-    return {**result, **changes_and_diff(paths, changes), "counters": counters}
+    except xp.XdpProgramError as exc:
+        module.fail_json(msg=str(exc))
+    changes = [f"{s.ifname}: {s.action} {s.after or s.before}" for s in done.plan.steps if s.action != "unchanged"]
+    return {**result, **changes_and_diff(paths, changes), "counters": read_echo_counters(paths)}
 
 
 def changes_and_diff(paths: xp.InstancePaths, changes: list[str]) -> dict:
@@ -557,7 +545,7 @@ def changes_and_diff(paths: xp.InstancePaths, changes: list[str]) -> dict:
 
 def stop_sender(module) -> dict:
     path = pid_file(module)
-    pid = running_sender(path)
+    pid = tg.running_sender(path)
     if pid is None:
         with contextlib.suppress(FileNotFoundError):
             if not module.check_mode:

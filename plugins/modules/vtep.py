@@ -132,125 +132,32 @@ ansible_facts:
       ports: {uplink0: {rx_packets: 0, rx_bytes: 0, tx_packets: 20, tx_bytes: 2960, drops: {}}}
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf, netdev
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_deploy as vd
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import ConfigError, InterfaceFacts, validate
-
-
-def host_ports() -> dict[str, vm.Port]:
-    ports = {}
-    for name in netdev.list_interfaces():
-        facts = netdev.sysfs_facts(name)
-        ports[name] = vm.Port(name, facts["ifindex"], facts["mtu"], facts["mac"] or "00:00:00:00:00:00")
-    return ports
-
-
-def resolve_peer_macs(module, config, ports) -> dict[tuple[int, str], str]:
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils.neighbours import NeighbourError, resolve
-
-    macs = {}
-    for i, vni in enumerate(config.vnis):
-        for j, peer in enumerate(vni.peers):
-            if peer.mac:
-                continue
-            try:
-                macs[(vni.vni, peer.ip)] = resolve(peer.ip, ports[peer.via].ifindex, module.params["neighbour_timeout"])
-            except NeighbourError as exc:
-                module.fail_json(msg=f"config.vnis[{i}].peers[{j}].ip: {exc}; give its next-hop mac explicitly")
-    return macs
 
 
 def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
     p = module.params
     if not p["config"]:
         module.fail_json(msg="config: required with state=present")
-    ports = host_ports()
-    facts = {name: InterfaceFacts(port.ifindex, port.mtu, port.mac) for name, port in ports.items()}
     try:
-        config = validate(p["config"], facts)
-    except ConfigError as exc:
-        module.fail_json(msg=str(exc), problems=exc.problems)
-    if not xp.bpffs_mounted():
-        module.fail_json(msg="bpffs is not mounted at /sys/fs/bpf (the xdpfleet.fabric.xdp_host role mounts it)")
-    peer_macs = resolve_peer_macs(module, config, ports)
-    try:
-        object_path, _ = bpf_build.compile_object(
-            p["source"], p["cache_dir"], p["include_dirs"], build_dir=module.tmpdir if module.check_mode else None
+        return vd.deploy(
+            paths,
+            p["config"],
+            p["mode"],
+            p["cache_dir"],
+            p["source"],
+            p["include_dirs"],
+            p["neighbour_timeout"],
+            check_mode=module.check_mode,
+            build_dir=module.tmpdir if module.check_mode else None,
         )
-        instance = xp.Instance(paths, object_path, "vtep_ingress", p["mode"], {}, tuple(vm.LAYOUTS.values()))
-    except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
-        module.fail_json(msg=f"loading the VTEP data plane failed, nothing was changed: {exc}")
-    names = {port.ifindex: name for name, port in ports.items()}
-    vtep_ports = sorted(
-        {t.port for t in config.tunnel_ports}
-        | {n for v in config.vnis for n in v.access_ports}
-        | {t.port for v in config.vnis for t in v.trunks}
-    )
-    with instance:
-        try:
-            plan = instance.plan(vtep_ports, replace_foreign=False)
-        except xp.XdpProgramError as exc:
-            module.fail_json(msg=str(exc))
-        maps = {name: instance.obj.map(name) for name in vm.MAP_NAMES}
-        egress = instance.obj.program("vtep_egress")
-        current = vm.VtepMaps(maps).read()
-        try:
-            desired = vm.compile_desired(config, ports, peer_macs, current)
-        except ValueError as exc:  # the maps have no room for it
-            module.fail_json(msg=f"the VTEP configuration does not fit the data plane, nothing was changed: {exc}")
-        difference = vm.diff(current, desired)
-        egress_tag = egress.info().tag
-        difference.rewire_egress = any(tag != egress_tag for tag in _prog_tags(current.egress_prog_ids))
-        changes = vm.words(current, desired, names)
-        changed = plan.changed or not difference.empty
-        if changed and not module.check_mode:
-            with vm.Writer(maps, current, egress.fd) as writer:
-                try:
-                    writer.apply(difference, desired)
-                    instance.apply(plan)
-                except (libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
-                    writer.rollback()
-                    module.fail_json(msg=f"applying the VTEP configuration failed, previous state restored: {exc}")
-            record = xp.state_record(instance, vtep_ports, p["source"], object_path)
-            xp.write_state(paths, {**record, "vtep": p["config"]})
-        in_maps = current if module.check_mode else desired
-        result = {
-            "changed": changed,
-            "changes": changes,
-            "program": {s.ifname: s.action for s in plan.steps},
-            "ansible_facts": {"xdpfleet_vtep": vm.counters(maps, in_maps, names)},
-        }
-        if changed:
-            program_lines = [
-                f"{s.ifname}: {s.action} {s.after or s.before}" for s in plan.steps if s.action != "unchanged"
-            ]
-            result["diff"] = {
-                "before_header": f"vtep {paths.name}",
-                "after_header": f"vtep {paths.name}",
-                "before": "",
-                "after": "\n".join(changes + program_lines) + "\n",
-            }
-        return result
-
-
-def _prog_tags(prog_ids: set[int]) -> set[str]:
-    tags = set()
-    for prog_id in prog_ids:
-        try:
-            fd = libbpf.prog_fd_by_id(prog_id)
-        except libbpf.LibbpfError:
-            tags.add("gone")
-            continue
-        try:
-            tags.add(libbpf.prog_info(fd).tag)
-        finally:
-            os.close(fd)
-    return tags
+    except vd.VtepError as exc:
+        if exc.problems:
+            module.fail_json(msg=str(exc), problems=exc.problems)
+        module.fail_json(msg=str(exc))
 
 
 def main() -> None:
@@ -260,9 +167,9 @@ def main() -> None:
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "config": {"type": "dict"},
             "mode": {"type": "str", "choices": ["native", "generic"], "default": "native"},
-            "source": {"type": "path", "default": "/var/lib/xdpfleet/src/vtep/vtep.c"},
-            "include_dirs": {"type": "list", "elements": "path", "default": ["/var/lib/xdpfleet/src/include"]},
-            "neighbour_timeout": {"type": "float", "default": 3.0},
+            "source": {"type": "path", "default": vd.VTEP_SOURCE},
+            "include_dirs": {"type": "list", "elements": "path", "default": vd.VTEP_INCLUDE_DIRS},
+            "neighbour_timeout": {"type": "float", "default": vd.NEIGHBOUR_TIMEOUT},
             **xp.HOST_PATHS_ARGUMENT_SPEC,
         },
         supports_check_mode=True,

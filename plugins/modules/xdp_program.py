@@ -21,7 +21,8 @@ description:
     and the verifier accepting the program. Compiler and verifier messages are returned as they are. If attaching
     fails on one interface, the interfaces already changed are rolled back to the previous program.
   - A record of what was attached where is written to C(/var/lib/xdpfleet/programs/<name>.json). Teardown
-    (I(state=absent)) uses it.
+    (I(state=absent), M(xdpfleet.fabric.xdp_teardown)) and restore after a reboot (M(xdpfleet.fabric.xdp_restore))
+    use it.
   - An interface that already runs an XDP program this instance did not attach is refused unless
     I(replace_foreign=true).
 extends_documentation_fragment:
@@ -175,7 +176,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
 
 NAME_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -223,44 +224,35 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
         except bpf_build.CompileError as exc:
             module.fail_json(msg=str(exc))
     try:
-        instance = xp.Instance(paths, object_path, p["program"], p["mode"], p["constants"])
-    except (libbpf.LibbpfError, ValueError) as exc:
-        module.fail_json(msg=f"loading {object_path} failed, nothing was changed: {exc}")
-    with instance:
-        try:
-            plan = instance.plan(p["interfaces"], p["replace_foreign"])
-        except xp.XdpProgramError as exc:
-            module.fail_json(msg=str(exc))
-        if plan.changed and not module.check_mode:
-            try:
-                instance.apply(plan)
-                xp.write_state(paths, xp.state_record(instance, p["interfaces"], p["source"], object_path))
-            except (xp.XdpProgramError, libbpf.LibbpfError) as exc:
-                module.fail_json(msg=str(exc))
-        changed_steps = [s for s in plan.steps if s.action != "unchanged"]
-        result = {
-            "changed": plan.changed,
-            "object": object_path,
-            "compiled": compiled,
-            "program": {"name": instance.info.name, "tag": instance.info.tag, "id": instance.running_prog_id(plan)},
-            "interfaces": {
-                s.ifname: {"action": s.action, "ifindex": s.ifindex, "link_pin": paths.link_pin(s.ifname)}
-                for s in plan.steps
-            },
-            "maps": {n: paths.map_pin(n) for n, m in instance.obj.maps.items() if not m.internal},
-            "state_file": paths.state_file,
-        }
-        if plan.changed:
-            before = [f"{s.ifname}: {s.before}" for s in changed_steps if s.before]
-            after = [f"{s.ifname}: {s.after}" for s in changed_steps if s.action != "detach"]
-            after += [f"new map {n} (the pinned one no longer fits)" for n in plan.new_maps]
-            result["diff"] = {
-                "before_header": f"xdp_program {paths.name}",
-                "after_header": f"xdp_program {paths.name}",
-                "before": "\n".join(before) + "\n" if before else "",
-                "after": "\n".join(after) + "\n" if after else "",
-            }
-        return result
+        done = xp.converge(
+            paths,
+            object_path,
+            p["program"],
+            p["mode"],
+            p["constants"],
+            p["interfaces"],
+            p["source"],
+            build={"include_dirs": p["include_dirs"], "defines": p["defines"]} if p["source"] else None,
+            replace_foreign=p["replace_foreign"],
+            check_mode=module.check_mode,
+        )
+    except xp.XdpProgramError as exc:
+        module.fail_json(msg=str(exc))
+    result = {
+        "changed": done.changed,
+        "object": object_path,
+        "compiled": compiled,
+        "program": done.program,
+        "interfaces": {
+            s.ifname: {"action": s.action, "ifindex": s.ifindex, "link_pin": paths.link_pin(s.ifname)}
+            for s in done.plan.steps
+        },
+        "maps": done.maps,
+        "state_file": paths.state_file,
+    }
+    if done.changed:
+        result["diff"] = done.diff(f"xdp_program {paths.name}")
+    return result
 
 
 def main() -> None:

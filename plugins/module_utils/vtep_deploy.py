@@ -1,0 +1,151 @@
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+"""Deploying one VTEP document on a host: validate, compile the data plane, load it, compute the map difference,
+write it and attach (or, in check mode, only say what would change).
+
+Shared by the xdpfleet.fabric.vtep module (the document from the inventory) and by restore (the document the
+VTEP's state file recorded), so a VTEP brought back after a reboot goes through exactly the same steps.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf, netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import ConfigError, InterfaceFacts, validate
+
+VTEP_SOURCE = "/var/lib/xdpfleet/src/vtep/vtep.c"
+VTEP_INCLUDE_DIRS = ["/var/lib/xdpfleet/src/include"]
+NEIGHBOUR_TIMEOUT = 3.0
+
+
+class VtepError(RuntimeError):
+    """A refusal or failure; problems lists every validation problem (each starting with the field's path)."""
+
+    def __init__(self, msg: str, problems: list[str] | None = None):
+        super().__init__(msg)
+        self.problems = problems or []
+
+
+def host_ports() -> dict[str, vm.Port]:
+    ports = {}
+    for name in netdev.list_interfaces():
+        facts = netdev.sysfs_facts(name)
+        ports[name] = vm.Port(name, facts["ifindex"], facts["mtu"], facts["mac"] or "00:00:00:00:00:00")
+    return ports
+
+
+def resolve_peer_macs(config, ports: dict[str, vm.Port], timeout: float) -> dict[tuple[int, str], str]:
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.neighbours import NeighbourError, resolve
+
+    macs = {}
+    for i, vni in enumerate(config.vnis):
+        for j, peer in enumerate(vni.peers):
+            if peer.mac:
+                continue
+            try:
+                macs[(vni.vni, peer.ip)] = resolve(peer.ip, ports[peer.via].ifindex, timeout)
+            except NeighbourError as exc:
+                raise VtepError(f"config.vnis[{i}].peers[{j}].ip: {exc}; give its next-hop mac explicitly") from exc
+    return macs
+
+
+def _prog_tags(prog_ids: set[int]) -> set[str]:
+    tags = set()
+    for prog_id in prog_ids:
+        try:
+            fd = libbpf.prog_fd_by_id(prog_id)
+        except libbpf.LibbpfError:
+            tags.add("gone")
+            continue
+        try:
+            tags.add(libbpf.prog_info(fd).tag)
+        finally:
+            os.close(fd)
+    return tags
+
+
+def deploy(
+    paths: xp.InstancePaths,
+    document: dict,
+    mode: str,
+    cache_dir: str,
+    source: str = VTEP_SOURCE,
+    include_dirs: list[str] | None = None,
+    neighbour_timeout: float = NEIGHBOUR_TIMEOUT,
+    check_mode: bool = False,
+    build_dir: str | None = None,
+) -> dict:
+    """Make the VTEP instance match `document`; returns the module result (changed, changes, program, facts, diff).
+
+    build_dir: where a compile that misses the cache goes in check mode (the cache stays as it was).
+    Raises VtepError; nothing on the host changed unless the message says the previous state was restored.
+    """
+    include_dirs = VTEP_INCLUDE_DIRS if include_dirs is None else include_dirs
+    ports = host_ports()
+    facts = {name: InterfaceFacts(port.ifindex, port.mtu, port.mac) for name, port in ports.items()}
+    try:
+        config = validate(document, facts)
+    except ConfigError as exc:
+        raise VtepError(str(exc), exc.problems) from exc
+    if not xp.bpffs_mounted():
+        raise VtepError("bpffs is not mounted at /sys/fs/bpf (the xdpfleet.fabric.xdp_host role mounts it)")
+    peer_macs = resolve_peer_macs(config, ports, neighbour_timeout)
+    try:
+        object_path, _ = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
+        instance = xp.Instance(paths, object_path, "vtep_ingress", mode, {}, tuple(vm.LAYOUTS.values()))
+    except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
+        raise VtepError(f"loading the VTEP data plane failed, nothing was changed: {exc}") from exc
+    names = {port.ifindex: name for name, port in ports.items()}
+    vtep_ports = sorted(
+        {t.port for t in config.tunnel_ports}
+        | {n for v in config.vnis for n in v.access_ports}
+        | {t.port for v in config.vnis for t in v.trunks}
+    )
+    with instance:
+        try:
+            plan = instance.plan(vtep_ports, replace_foreign=False)
+        except xp.XdpProgramError as exc:
+            raise VtepError(str(exc)) from exc
+        maps = {name: instance.obj.map(name) for name in vm.MAP_NAMES}
+        egress = instance.obj.program("vtep_egress")
+        current = vm.VtepMaps(maps).read()
+        try:
+            desired = vm.compile_desired(config, ports, peer_macs, current)
+        except ValueError as exc:  # the maps have no room for it
+            raise VtepError(f"the VTEP configuration does not fit the data plane, nothing was changed: {exc}") from exc
+        difference = vm.diff(current, desired)
+        egress_tag = egress.info().tag
+        difference.rewire_egress = any(tag != egress_tag for tag in _prog_tags(current.egress_prog_ids))
+        changes = vm.words(current, desired, names)
+        changed = plan.changed or not difference.empty
+        if changed and not check_mode:
+            with vm.Writer(maps, current, egress.fd) as writer:
+                try:
+                    writer.apply(difference, desired)
+                    instance.apply(plan)
+                except (libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
+                    writer.rollback()
+                    raise VtepError(f"applying the VTEP configuration failed, previous state restored: {exc}") from exc
+            record = xp.state_record(instance, vtep_ports, source, object_path, {"include_dirs": include_dirs})
+            xp.write_state(paths, {**record, "vtep": document})
+        in_maps = current if check_mode else desired
+        result = {
+            "changed": changed,
+            "changes": changes,
+            "program": {s.ifname: s.action for s in plan.steps},
+            "ansible_facts": {"xdpfleet_vtep": vm.counters(maps, in_maps, names)},
+        }
+        if changed:
+            program_lines = [
+                f"{s.ifname}: {s.action} {s.after or s.before}" for s in plan.steps if s.action != "unchanged"
+            ]
+            result["diff"] = {
+                "before_header": f"vtep {paths.name}",
+                "after_header": f"vtep {paths.name}",
+                "before": "",
+                "after": "\n".join(changes + program_lines) + "\n",
+            }
+        return result

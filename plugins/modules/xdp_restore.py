@@ -1,0 +1,118 @@
+#!/usr/bin/python
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: xdp_restore
+short_description: Bring back every recorded XDP program instance and VTEP after a reboot, from their state files
+version_added: "0.1.0"
+description:
+  - A reboot takes every bpffs pin and XDP attachment with it; the state files in C(<state_dir>/programs/) stay.
+    This module re-applies each of them through the same code as the module that wrote it.
+  - A program instance (M(xdpfleet.fabric.xdp_program), the echo servers of M(xdpfleet.fabric.trafficgen)) is
+    loaded from its recorded object, with its recorded program, mode and constants, and attached to its recorded
+    interfaces. When the compile cache no longer has that object, the recorded source is compiled again with the
+    recorded include directories and defines.
+  - A VTEP (M(xdpfleet.fabric.vtep)) is given its recorded document again. It goes through the same validation,
+    compile, map difference and attach as the vtep module. Peer next-hop MACs that the document does not give
+    are asked from the neighbour table again.
+  - Idempotent. An instance that runs as recorded is left alone, and a run on a host where everything runs reports
+    C(changed=false).
+  - Each instance is restored on its own. If one cannot come back (its interface is gone, its source was
+    removed), the others are still restored. The module then fails and names the instance and the reason.
+  - Real hosts run the same restore at boot. The xdpfleet.fabric.xdp_host role installs the
+    C(xdpfleet-restore.service) unit with the C(/usr/local/sbin/xdpfleet-restore) entry point.
+extends_documentation_fragment:
+  - xdpfleet.fabric.host_paths
+author:
+  - xdpfleet developers
+requirements:
+  - Linux 5.15 or newer, libbpf.so.1, bpffs mounted at /sys/fs/bpf
+  - pyroute2 and jsonschema on the host when a VTEP is recorded; clang when an object has to be compiled again
+options:
+  names:
+    description: Restore only these instances (by name). Default, every instance with a state file.
+    type: list
+    elements: str
+  neighbour_timeout:
+    description: Seconds to wait for a VTEP peer's next hop to answer ARP.
+    type: float
+    default: 3.0
+attributes:
+  check_mode:
+    support: full
+    description: Loads every object and computes what would be attached and written; changes nothing.
+  diff_mode:
+    support: full
+    description: Per instance, the interfaces attached and, for a VTEP, the map entries written.
+seealso:
+  - module: xdpfleet.fabric.xdp_teardown
+  - module: xdpfleet.fabric.xdp_program
+  - module: xdpfleet.fabric.vtep
+"""
+
+EXAMPLES = r"""
+- name: Bring the data plane back after a reboot
+  xdpfleet.fabric.xdp_restore:
+
+- name: Only the VTEP
+  xdpfleet.fabric.xdp_restore:
+    names: [vtep]
+"""
+
+RETURN = r"""
+instances:
+  description: Per instance, its kind (C(program) or C(vtep)), whether it changed, what changed, and an error when it
+    could not be restored.
+  returned: always
+  type: dict
+  sample:
+    vtep: {kind: vtep, changed: true, changes: ["VNI 100: + access port acc100", "acc100: attach"]}
+    counter: {kind: program, changed: false, changes: []}
+    tg-echo-p3: {kind: program, changed: false, changes: [], error: "interfaces p3 no longer exist on this host"}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import host_records as hr
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_deploy as vd
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "names": {"type": "list", "elements": "str"},
+            "neighbour_timeout": {"type": "float", "default": vd.NEIGHBOUR_TIMEOUT},
+            **xp.HOST_PATHS_ARGUMENT_SPEC,
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    bad = [name for name in p["names"] or [] if not name or "/" in name or name.startswith(".")]
+    if bad:
+        module.fail_json(msg=f"names: {bad} are not instance names (no '/', not starting with '.')")
+    host = hr.HostPaths(p["state_dir"], p["pin_root"], p["cache_dir"])
+    try:
+        results = hr.restore(
+            host,
+            module.check_mode,
+            build_dir=module.tmpdir if module.check_mode else None,
+            neighbour_timeout=p["neighbour_timeout"],
+            names=p["names"],
+        )
+    except hr.RestoreError as exc:
+        module.fail_json(msg=str(exc))
+    result = {"changed": any(r.changed for r in results), "instances": {r.name: r.report() for r in results}}
+    if result["changed"]:
+        lines = [f"{r.name}: {line}" for r in results for line in r.changes]
+        result["diff"] = {"after_header": "xdpfleet", "before": "", "after": "\n".join(lines) + "\n"}
+    failed = [f"{r.name}: {r.error}" for r in results if r.error]
+    if failed:
+        module.fail_json(msg="not restored: " + "; ".join(failed), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
