@@ -1,0 +1,127 @@
+"""The rolling VTEP rollout of playbooks/vtep.yml on the test lab: batches with a canary, a health check after each
+batch (roles/vtep/tasks/health.yml, probes declared in inventories/lab/host_vars), check mode with --diff, and a
+broken host that stops the rollout while the batches already done keep forwarding.
+
+With the canary and vtep_serial=2 the lab's five VTEPs (inventory order a, b, c, d, l) go in three batches:
+[a], [b, c], [d, l].
+"""
+
+import contextlib
+import itertools
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from l2lib import bum_probe, ports
+
+PLAYBOOK = "playbooks/vtep.yml"
+ROLLOUT = {"vtep_canary": True, "vtep_serial": 2}
+BATCHES = [["a"], ["b", "c"], ["d", "l"]]
+VTEPS = [host for batch in BATCHES for host in batch]
+CONFIGURE = {
+    "xdp": "xdpfleet.fabric.vtep : Configure the XDP VTEP",
+    "linux": "xdpfleet.fabric.vtep : Configure the Linux kernel VTEP",
+}
+HEALTH = "xdpfleet.fabric.vtep : Require every probe answered and the counters grown"
+
+
+@pytest.fixture(scope="module")
+def rollout_lab(lab):
+    yield lab
+    gone = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_state": "absent"})
+    assert gone.rc == 0, gone
+
+
+@contextlib.contextmanager
+def host_vars_changed(lab, host, change):
+    """The lab inventory's host_vars/<host>.yml with `change(vars)` applied, put back afterwards."""
+    path = lab.inventory / "host_vars" / f"{host}.yml"
+    original = path.read_text()
+    host_vars = yaml.safe_load(original)
+    change(host_vars)
+    path.write_text(yaml.safe_dump(host_vars, sort_keys=False))
+    try:
+        yield
+    finally:
+        path.write_text(original)
+
+
+def configured(result, host):
+    """Index of the host's configure record in the run (the order tasks finished in)."""
+    backend = "linux" if host == "l" else "xdp"
+    return next(i for i, t in enumerate(result.tasks) if t["host"] == host and t["task"] == CONFIGURE[backend])
+
+
+def health_checked(result, host):
+    return next(i for i, t in enumerate(result.tasks) if t["host"] == host and t["task"] == HEALTH)
+
+
+def ping(lab, src, dst_ip):
+    return lab.endpoint_exec(src, ["ping", "-q", "-c", "3", "-i", "0.2", "-W", "2", dst_ip], check=False).returncode
+
+
+def test_rollout_in_batches_with_a_health_check_after_each(rollout_lab):
+    lab = rollout_lab
+    first = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT)
+    assert first.rc == 0 and first.failed() == 0, first
+    for host in VTEPS:
+        assert first.result(task=HEALTH, host=host)["msg"].startswith(f"VTEP {host} healthy"), first
+    assert "counters grew" in first.result(task=HEALTH, host="a")["msg"]
+    # Every host of a batch is health-checked before any host of the next batch is configured.
+    for done, following in itertools.pairwise(BATCHES):
+        assert max(health_checked(first, h) for h in done) < min(configured(first, h) for h in following)
+    second = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT)
+    assert second.rc == 0 and second.changed() == 0, second
+    assert set(second.stats) == set(VTEPS)
+
+
+def test_check_mode_shows_the_change_and_changes_nothing(rollout_lab):
+    lab = rollout_lab
+    endpoints = ports(lab.prefix, ["a100", "c100"])
+
+    def c100_leaves_vni_100(host_vars):
+        host_vars["vtep_config"]["vnis"][0]["access_ports"] = []
+
+    with host_vars_changed(lab, "c", c100_leaves_vni_100):
+        check = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT, check=True, diff=True)
+    assert check.rc == 0, check
+    assert check.result(task=CONFIGURE["xdp"], host="c")["changes"] == ["VNI 100: - access port acc100"]
+    assert "VNI 100: - access port acc100" in check.stdout  # --diff prints it
+    for host in ("a", "b", "d"):
+        assert check.result(task=CONFIGURE["xdp"], host=host)["changes"] == []
+    assert check.results(task=HEALTH) == []  # no probes in check mode
+    assert "c100" in bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=2)  # still a member
+    again = lab.run_playbook(PLAYBOOK)
+    assert again.rc == 0, again
+    assert [(t["host"], t["task"]) for t in again.tasks if t["changed"]] == [], again
+
+
+def test_a_broken_host_stops_the_rollout_and_a_fixed_one_converges(rollout_lab):
+    lab = rollout_lab
+
+    def unknown_access_port(host_vars):
+        host_vars["vtep_config"]["vnis"][0]["access_ports"] = ["nope0"]
+
+    with host_vars_changed(lab, "b", unknown_access_port):
+        broken = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT)
+    assert broken.rc != 0, broken
+    assert broken.stats["b"]["failed"] == 1, broken
+    assert "interface nope0 does not exist" in broken.messages()
+    assert re.search(r"^b\s+: ok=\d+ .*failed=1 ", broken.stdout, re.M), broken  # the recap names b
+    # The last batch never started; the first one was done and keeps forwarding.
+    assert "d" not in broken.stats and "l" not in broken.stats
+    assert broken.results(host="d") == [] and broken.results(host="l") == []
+    assert broken.stats["a"]["failed"] == 0
+    assert ping(lab, "alocal", "198.51.100.161") == 0  # a100, through a's XDP VTEP
+    assert ping(lab, "c100", "198.51.100.161") == 0  # b's batch mate ran the same tasks, unharmed
+    assert ping(lab, "b100", "198.51.100.161") == 0  # b's refused document changed nothing: its VTEP still works
+
+    fixed = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT)
+    assert fixed.rc == 0 and fixed.failed() == 0, fixed
+    assert set(fixed.stats) == set(VTEPS)
+    for host in VTEPS:
+        assert fixed.result(task=HEALTH, host=host)["msg"].startswith(f"VTEP {host} healthy"), fixed
