@@ -11,11 +11,14 @@ uplink `ul` (veth, MTU 1600; far end `ulp`) behind which two remote VTEPs live (
                  no rewrite, no egress program
   C  xk-<pid>-c  the Linux kernel: acc and a vxlan device (VNI 100, head-end replication by two all-zeros FDB
                  entries) in a bridge, static neighbours for the peers; no XDP on acc, GRO on (for NAPI)
+  D  xk-<pid>-d  the design's floor: B's broadcast plus only what the VTEP's design makes every copy pay (a 32-byte
+                 command in the metadata, an egress program per copy that takes it off and pushes a constant 50-byte
+                 Outer); no lookups, no counters. VTEP/floor is the VTEP's own work, floor/ceiling the design's.
 
 Offered load: bench_tx (XDP_TX) run with BPF_PROG_RUN + live frames, ctx ingress ifindex = accp, from a thread
 pinned to CPU 0, so frames leave accp into acc. acc's NAPI is threaded and its kthread pinned to CPU 1: CPU 1 does
 the whole data plane (and the sink, whose NAPI softirq runs there too). The sink on ulp counts and drops; the rate
-is copies counted / 2 / seconds, i.e. input Mpps replicated. Points alternate A B C A B C ...; medians reported.
+is copies counted / 2 / seconds, i.e. input Mpps replicated. Points alternate A B C D A B C D ...; medians reported.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ PEERS = {"198.51.100.10": "02:00:00:00:00:0a", "198.51.100.11": "02:00:00:00:00:
 # kernel bridge's own stack, work that head-end replication does not need.
 INNER_DST_MAC, INNER_SRC_MAC = "02:00:00:00:ee:02", "02:00:00:00:ee:01"
 BPF_TCX_INGRESS = 46
-SCENARIOS = {"A": "XDP VTEP", "B": "ceiling", "C": "Linux"}
+SCENARIOS = {"A": "XDP VTEP", "B": "ceiling", "C": "Linux", "D": "floor"}
 
 
 def sh(*argv: str) -> str:
@@ -232,6 +235,14 @@ class Bed:
                 flood.update(struct.pack("<I", member), struct.pack("<I", self.ifindex["ul"]))
         self.link("bench_flood", "acc")
 
+    def setup_d(self) -> None:
+        egress = self.obj.program("bench_bare_encap_egress").fd
+        with netns(self.ns):
+            flood = self.obj.map("flood_encap")
+            for member in range(1, COPIES + 1):
+                flood.update(struct.pack("<I", member), bytes(vm.DevmapVal(self.ifindex["ul"], egress)))
+        self.link("bench_bare_encap", "acc")
+
     def setup_c(self) -> None:
         ip = ("ip", "-n", self.ns)
         sh(*ip, "addr", "add", f"{LOCAL_IP}/24", "dev", "ul")
@@ -377,7 +388,8 @@ def cost_ns(bed: Bed, size: int, repeat: int) -> float:
     the frame had arrived on acc (redirect, copies, egress programs, xmit to ulp and the sink's NAPI included; the
     veth receive path not). The kernel's test timer counts only the loop's own time, so other load on the CPU
     barely moves it. Batches of 64: 128 copies per flush fit ulp's ring of 256."""
-    prog = bed.vtep.program("vtep_ingress").fd if bed.key == "A" else bed.obj.program("bench_flood").fd
+    ingress = {"A": "vtep_ingress", "B": "bench_flood", "D": "bench_bare_encap"}[bed.key]
+    prog = (bed.vtep or bed.obj).program(ingress).fd
     data = frame(size)
     ctx = struct.pack("<6I", 0, len(data), 0, bed.ifindex["acc"], 0, 0)
     out: list = []
@@ -404,7 +416,7 @@ def cost_ns(bed: Bed, size: int, repeat: int) -> float:
 def remove_stale() -> None:
     """Namespaces of an earlier run of this benchmark whose process is gone (xk-<pid>-<scenario>)."""
     for line in sh("ip", "netns", "list").splitlines():
-        m = re.match(rf"({PREFIX}-(\d+)-[abc])\b", line)
+        m = re.match(rf"({PREFIX}-(\d+)-[abcd])\b", line)
         if m and not Path(f"/proc/{m.group(2)}").exists():
             subprocess.run(["ip", "netns", "del", m.group(1)], check=False, capture_output=True)
 
@@ -421,17 +433,42 @@ def vtep_oddities(bed: Bed) -> list[str]:
 
 
 def report(points: list[Point], costs: dict, args, command: str, oddities: list[str]) -> None:
-    def med(key: str, size: int, attr: str) -> float:
+    def med(key: str, size: int, attr: str, pick=statistics.median) -> float:
         values = [getattr(p, attr) for p in points if p.scenario == key and p.size == size]
-        return statistics.median(values) if values else float("nan")
+        return pick(values) if values else float("nan")
 
-    def table(attr: str, unit: str) -> None:
-        rows = [("frame size", f"XDP VTEP {unit}", f"ceiling {unit}", f"Linux {unit}", "XDP/ceiling", "XDP/Linux")]
+    def ratio(x: float, y: float, suffix: str = "") -> str:
+        return f"{x / y:.2f}{suffix}" if y else "-"
+
+    def table(attr: str, unit: str, pick=statistics.median) -> None:
+        rows = [
+            (
+                "frame size",
+                f"XDP VTEP {unit}",
+                f"floor {unit}",
+                f"ceiling {unit}",
+                f"Linux {unit}",
+                "XDP/ceiling",
+                "floor/ceiling",
+                "XDP/Linux",
+                "ceiling/Linux",
+            )
+        ]
         for size in args.sizes:
-            a, b, c = (med(k, size, attr) for k in "ABC")
+            a, b, c, d = (med(k, size, attr, pick) for k in "ABCD")
             label = f"{size} B" + (f" ({size + 50} B copies)" if size < 1514 else "")
             rows.append(
-                (label, f"{a:.3f}", f"{b:.3f}", f"{c:.3f}", f"{a / b:.2f}" if b else "-", f"{a / c:.2f}x" if c else "-")
+                (
+                    label,
+                    f"{a:.3f}",
+                    f"{d:.3f}",
+                    f"{b:.3f}",
+                    f"{c:.3f}",
+                    ratio(a, b),
+                    ratio(d, b),
+                    ratio(a, c, "x"),
+                    ratio(b, c, "x"),
+                )
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for i, r in enumerate(rows):
@@ -452,6 +489,12 @@ def report(points: list[Point], costs: dict, args, command: str, oddities: list[
     )
     table("per_core", "Mpps/core")
     print()
+    print(
+        "The best round of each (other tenants of a shared machine only ever slow a round down, so the best is the "
+        "closest to what the data plane can do), Mpps/core:"
+    )
+    table("per_core", "Mpps/core", max)
+    print()
     if costs:
         print()
         print(
@@ -459,15 +502,16 @@ def report(points: list[Point], costs: dict, args, command: str, oddities: list[
             "from acc; the kernel's test timer; medians):"
         )
         for size in args.sizes:
-            a, b = (statistics.median(costs[(k, size)]) for k in "AB")
+            a, b, d = (statistics.median(costs[(k, size)]) for k in "ABD")
             print(
-                f"  {size:>5} B  XDP VTEP {a:.0f} ns, ceiling {b:.0f} ns: XDP/ceiling {b / a:.2f} (rate ratio), "
-                f"the VTEP adds {a - b:.0f} ns"
+                f"  {size:>5} B  XDP VTEP {a:.0f} ns, floor {d:.0f} ns, ceiling {b:.0f} ns: XDP/ceiling {b / a:.2f}, "
+                f"floor/ceiling {b / d:.2f} (rate ratios); the design adds {d - b:.0f} ns, the VTEP's own work "
+                f"{a - d:.0f} ns"
             )
     print()
     print(f"CPU {DUT_CPU} busy (/proc/stat), the data plane's share of it, offered Mpps, bytes per copy (medians):")
     for size in args.sizes:
-        for k in "ABC":
+        for k in "ABCD":
             print(
                 f"  {size:>5} B  {SCENARIOS[k]:<8}  CPU{DUT_CPU} {med(k, size, 'cpu1'):3.0f}%  data plane "
                 f"{med(k, size, 'dut_share'):3.0f}%  offered {med(k, size, 'offered'):5.2f}  "
@@ -475,13 +519,17 @@ def report(points: list[Point], costs: dict, args, command: str, oddities: list[
             )
     print("per round, Mpps (Mpps/core):")
     for size in args.sizes:
-        for k in "ABC":
+        for k in "ABCD":
             values = [f"{p.mpps:.3f} ({p.per_core:.3f})" for p in points if p.scenario == k and p.size == size]
             print(f"  {size:>5} B  {SCENARIOS[k]:<8}  {'  '.join(values)}")
-    for attr, what in (("mpps", "Mpps"), ("per_core", "Mpps/core")):
+    for attr, what, pick in (
+        ("mpps", "Mpps, medians", statistics.median),
+        ("per_core", "Mpps/core, medians", statistics.median),
+        ("per_core", "Mpps/core, best rounds", max),
+    ):
         goals = []
         for size in args.sizes:
-            a, b, c = (med(k, size, attr) for k in "ABC")
+            a, b, c = (med(k, size, attr, pick) for k in "ABC")
             goals.append(f"{size} B {'met' if a >= 0.9 * b and a >= 5 * c else 'MISSED'}")
         print(f"goal (XDP >= 0.90 x ceiling and >= 5 x Linux), {what}: " + ", ".join(goals))
     for line in oddities:
@@ -492,7 +540,7 @@ def report(points: list[Point], costs: dict, args, command: str, oddities: list[
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per point (default 5)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of A B C per frame size (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of A B C D per frame size (default 3)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1514], help="frame sizes without FCS")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each measurement")
     parser.add_argument("--repeat", type=int, default=2_000_000, help="frames per BPF_PROG_RUN call")
@@ -535,7 +583,7 @@ def main() -> int:
     bench_obj = compile_bpf(
         REPO / "tests" / "bench" / "bpf" / "bench.c", defines={"FLOOD_MAX_ENTRIES": args.ceiling_devmap_size}
     )
-    beds = [Bed(k, f"{PREFIX}-{os.getpid()}-{k.lower()}", args.linux_sink) for k in "ABC"]
+    beds = [Bed(k, f"{PREFIX}-{os.getpid()}-{k.lower()}", args.linux_sink) for k in "ABCD"]
     points: list[Point] = []
     costs: dict[tuple[str, int], list[float]] = {}
     softirqd = ksoftirqd(DUT_CPU)
@@ -561,7 +609,7 @@ def main() -> int:
                     if p.mpps == 0:
                         raise RuntimeError(f"{bed.ns}: nothing reached the sink")
                 if args.cost_repeat:
-                    for bed in beds[:2]:
+                    for bed in (b for b in beds if b.key != "C"):
                         ns_per_frame = cost_ns(bed, size, args.cost_repeat)
                         costs.setdefault((bed.key, size), []).append(ns_per_frame)
                         print(
