@@ -144,6 +144,24 @@ class Btf:
         return bool((encoding >> 24) & _INT_SIGNED)
 
 
+def shape(btf: Btf, type_id: int) -> tuple:
+    """What a type lays out, field names and all, without its ids: two maps whose key and value have equal shapes
+    read each other's bytes the same way. Type id 0 (no BTF) has the empty shape."""
+    if not type_id:
+        return ()
+    _, t, ptr = btf.resolve(type_id)
+    kind = Btf.kind(t)
+    if kind in (KIND_STRUCT, KIND_UNION):
+        members = tuple((name, offset, bits, shape(btf, member)) for name, member, offset, bits in btf.members(ptr, t))
+        return (kind, t.size_or_type, members)
+    if kind == KIND_ARRAY:
+        arr = _BtfArray.from_address(ptr + ctypes.sizeof(_BtfType))
+        return (kind, arr.nelems, shape(btf, arr.type))
+    if kind in (KIND_INT, KIND_ENUM, KIND_ENUM64):  # an enum stores what an integer of its size and sign does
+        return (KIND_INT, btf.size(type_id), bool(btf.int_signed(type_id)))
+    return (kind, btf.size(type_id))
+
+
 def _compare(btf: Btf, type_id: int, ctype: type, where: str, problems: list[str]) -> None:
     _, t, ptr = btf.resolve(type_id)
     kind = Btf.kind(t)

@@ -23,7 +23,7 @@ import socket
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import MapLayout, set_rodata
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import Btf, MapLayout, set_rodata, shape
 
 PIN_ROOT = "/sys/fs/bpf/xdpfleet"
 STATE_DIR = "/var/lib/xdpfleet"
@@ -198,13 +198,21 @@ def write_state(paths: InstancePaths, state: dict) -> None:
     os.replace(tmp, paths.state_file)
 
 
-def compatible(pinned: libbpf.MapInfo, wanted: libbpf.ObjectMap) -> bool:
-    return (pinned.type, pinned.key_size, pinned.value_size, pinned.max_entries, pinned.map_flags) == (
+def compatible(pinned: libbpf.MapInfo, pinned_btf: Btf | None, wanted: libbpf.ObjectMap, wanted_btf: Btf) -> bool:
+    """Whether the new object can use a pinned map as it is: same kind and sizes and, where both carry BTF, keys and
+    values of the same shape. A struct whose fields moved but whose size did not is a new map, not a misread one."""
+    sizes = (pinned.type, pinned.key_size, pinned.value_size, pinned.max_entries, pinned.map_flags) == (
         wanted.type,
         wanted.key_size,
         wanted.value_size,
         wanted.max_entries,
         wanted.map_flags,
+    )
+    if not sizes or pinned_btf is None:
+        return sizes
+    return (shape(pinned_btf, pinned.btf_key_type_id), shape(pinned_btf, pinned.btf_value_type_id)) == (
+        shape(wanted_btf, wanted.btf_key_type_id),
+        shape(wanted_btf, wanted.btf_value_type_id),
     )
 
 
@@ -240,23 +248,32 @@ class Instance:
     def _reuse_pinned_maps(self) -> list[str]:
         """Point the object at the instance's pinned maps where they fit; return the maps it must create."""
         created = []
-        for name, m in self.obj.maps.items():
-            if m.internal:
-                continue
-            try:
-                fd = libbpf.obj_get(self.paths.map_pin(name))
-            except libbpf.LibbpfError as exc:
-                if exc.errno != errno.ENOENT:
-                    raise
-                created.append(name)
-                continue
-            try:
-                if compatible(libbpf.map_info(fd), m):
-                    m.reuse_fd(fd)
-                else:
+        kernel_btfs: dict[int, Btf] = {}  # the pinned maps of one object share one BTF
+        wanted_btf = Btf(self.obj.btf)
+        try:
+            for name, m in self.obj.maps.items():
+                if m.internal:
+                    continue
+                try:
+                    fd = libbpf.obj_get(self.paths.map_pin(name))
+                except libbpf.LibbpfError as exc:
+                    if exc.errno != errno.ENOENT:
+                        raise
                     created.append(name)
-            finally:
-                os.close(fd)
+                    continue
+                try:
+                    info = libbpf.map_info(fd)
+                    if info.btf_id and info.btf_id not in kernel_btfs:
+                        kernel_btfs[info.btf_id] = Btf.from_kernel(info.btf_id)
+                    if compatible(info, kernel_btfs.get(info.btf_id), m, wanted_btf):
+                        m.reuse_fd(fd)
+                    else:
+                        created.append(name)
+                finally:
+                    os.close(fd)
+        finally:
+            for btf in kernel_btfs.values():
+                btf.close()
         return created
 
     def describe(self) -> str:

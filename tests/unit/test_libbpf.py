@@ -12,6 +12,7 @@ import pytest
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import btf_layout as bl
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
 
 FIXTURE_C = Path(__file__).parent / "bpf" / "layout_fixture.c"
 COLLECTION = Path(__file__).resolve().parents[2] / "collection"
@@ -343,3 +344,44 @@ def test_btf_decode_turns_values_into_data(fixture_object):
             "delta": -2,
         }
     assert bl.sum_values([{"a": 1, "b": [1, 2]}, {"a": 2, "b": [3, 4]}]) == {"a": 3, "b": [4, 6]}
+
+
+@pytest.fixture
+def bpffs(tmp_path):
+    """A bpffs instance of its own (every mount is a new one), gone with the test."""
+    root = tmp_path / "bpffs"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "bpf", "bpf", str(root)], check=True)
+    yield root
+    subprocess.run(["umount", str(root)], check=True)
+
+
+def test_pinned_maps_are_reused_only_with_the_same_layout(tmp_path, bpffs):
+    """An upgrade whose struct keeps its size but moves its fields must get a new map: reusing the pinned one
+    would make the new program read the old bytes as other fields."""
+    cache = str(tmp_path / "cache")
+    same, _ = bpf_build.compile_object(str(FIXTURE_C), cache)
+    reordered, _ = bpf_build.compile_object(str(FIXTURE_C), cache, defines={"FLOW_STATS_REORDERED": 1})
+    paths = xp.InstancePaths("fixture", pin_root=str(bpffs), state_dir=str(tmp_path / "state"))
+
+    def pinned_map_ids() -> dict[str, int]:
+        ids = {}
+        for name in ("flows", "hits"):
+            with libbpf.PinnedMap(paths.map_pin(name)) as pinned:
+                ids[name] = pinned.info.id
+        return ids
+
+    with xp.Instance(paths, same, "xdp_fixture", "native", {}) as first:
+        first.apply(first.plan([], replace_foreign=False))
+    before = pinned_map_ids()
+    with xp.Instance(paths, same, "xdp_fixture", "native", {}) as again:
+        assert again.new_maps == []
+        assert not again.plan([], replace_foreign=False).changed
+    with xp.Instance(paths, reordered, "xdp_fixture", "native", {}) as upgrade:
+        assert upgrade.new_maps == ["flows"]
+        plan = upgrade.plan([], replace_foreign=False)
+        assert plan.changed
+        upgrade.apply(plan)
+    after = pinned_map_ids()
+    assert after["hits"] == before["hits"]
+    assert after["flows"] != before["flows"]

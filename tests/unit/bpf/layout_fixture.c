@@ -9,8 +9,13 @@ struct flow_key {
 };
 
 struct flow_stats {
+#ifdef FLOW_STATS_REORDERED /* the same size, the fields in another order: another layout */
+	__u64 bytes;
+	__u64 packets;
+#else
 	__u64 packets;
 	__u64 bytes;
+#endif
 	__u8 mac[6];
 	__s16 delta;
 };
