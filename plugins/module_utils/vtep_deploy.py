@@ -5,6 +5,7 @@ write it and attach (or, in check mode, only say what would change).
 
 Shared by the xdpfleet.fabric.vtep module (the document from the inventory) and by restore (the document the
 VTEP's state file recorded), so a VTEP brought back after a reboot goes through exactly the same steps.
+Also here: reading a deployed VTEP's counters from its pinned maps alone (xdpfleet.fabric.vtep_info).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf, netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
 from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import LayoutMismatch
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import ConfigError, InterfaceFacts, validate
 
 VTEP_SOURCE = "/var/lib/xdpfleet/src/vtep/vtep.c"
@@ -35,6 +37,39 @@ def host_ports() -> dict[str, vm.Port]:
         facts = netdev.sysfs_facts(name)
         ports[name] = vm.Port(name, facts["ifindex"], facts["mtu"], facts["mac"] or "00:00:00:00:00:00")
     return ports
+
+
+def read_counters(paths: xp.InstancePaths) -> dict | None:
+    """The counters of a deployed VTEP, read from its pinned maps: no document, no compile, no program load.
+
+    None when the host has no VTEP of that name. Raises VtepError when only some of its maps are pinned, or when
+    a map's layout is not the one this collection reads (a VTEP deployed by another version).
+    """
+    pins = {name: paths.map_pin(name) for name in vm.MAP_NAMES}
+    missing = sorted(name for name, pin in pins.items() if not os.path.exists(pin))
+    if len(missing) == len(pins):
+        return None
+    if missing:
+        raise VtepError(
+            f"VTEP {paths.name} is incomplete, maps {', '.join(missing)} are not pinned under {paths.maps_dir}: "
+            "deploy it again with xdpfleet.fabric.vtep, or remove it (state=absent)"
+        )
+    maps: dict[str, libbpf.PinnedMap] = {}
+    try:
+        for name, pin in pins.items():
+            maps[name] = libbpf.PinnedMap(pin)
+            if name in vm.LAYOUTS:
+                vm.LAYOUTS[name].check_pinned(maps[name])
+        names = {port.ifindex: name for name, port in host_ports().items()}
+        return vm.counters(maps, vm.VtepMaps(maps).read(), names)
+    except LayoutMismatch as exc:
+        raise VtepError(
+            f"VTEP {paths.name} was deployed by another version of this collection ({exc}): deploy it again with "
+            "xdpfleet.fabric.vtep to move it onto this version's maps"
+        ) from exc
+    finally:
+        for m in maps.values():
+            m.close()
 
 
 def resolve_peer_macs(config, ports: dict[str, vm.Port], timeout: float) -> dict[tuple[int, str], str]:

@@ -40,9 +40,10 @@ def fabric(lab):
 
 
 def counters(lab, host):
-    """The VTEP's counters on a host, through the module's facts (a check-mode run changes nothing)."""
-    result = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": host}, check=True)
-    return result.result(task=XDP_TASK, host=host)["ansible_facts"]["xdpfleet_vtep"]
+    """The VTEP's counters on a host, as vtep_info reads them from the pinned maps."""
+    result = lab.run_tasks([{"name": "read", "xdpfleet.fabric.vtep_info": {}}], hosts=host)
+    assert result.rc == 0, result
+    return result.result(task="read", host=host)["ansible_facts"]["xdpfleet_vtep"]
 
 
 def dump_config_maps(lab, host):
@@ -250,6 +251,39 @@ def test_invalid_documents_are_refused_naming_the_field_and_change_nothing(fabri
         assert item["failed"], doc
         assert expected in item["msg"], (expected, item["msg"])
     assert dump_config_maps(lab, "a") == before
+
+
+def test_vtep_info_reads_what_the_module_reports_and_refuses_an_incomplete_instance(fabric):
+    lab, _, _ = fabric
+    module_run = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "a"}, check=True)
+    reported = module_run.result(task=XDP_TASK, host="a")["ansible_facts"]["xdpfleet_vtep"]
+    read = counters(lab, "a")  # afterwards: every counter is the same or has grown
+    for kind in ("vnis", "ports"):
+        assert read[kind].keys() == reported[kind].keys() and read[kind]
+        for name, values in reported[kind].items():
+            for counter in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes"):
+                assert read[kind][name][counter] >= values[counter], (kind, name, counter)
+    assert sum(v["tx_packets"] for v in read["vnis"].values()) > 0  # the tests before sent traffic through a
+
+    broken = "/sys/fs/bpf/xdpfleet/broken/maps"
+    lab.host_exec("a", ["mkdir", "-p", broken])
+    try:
+        create = f"bpftool map create {broken}/port_config type array key 4 value 4 entries 1 name port_config"
+        lab.host_exec("a", create.split())
+        result = lab.run_tasks(
+            [
+                {"name": "none", "xdpfleet.fabric.vtep_info": {"name": "nothing"}},
+                {"name": "broken", "xdpfleet.fabric.vtep_info": {"name": "broken"}, "ignore_errors": True},
+            ],
+            hosts="a",
+        )
+    finally:
+        lab.host_exec("a", ["rm", "-rf", "/sys/fs/bpf/xdpfleet/broken"])
+    none = result.result(task="none", host="a")
+    assert none["present"] is False and none["ansible_facts"]["xdpfleet_vtep"] == {"vnis": {}, "ports": {}}
+    (broken_read,) = result.results(task="broken", host="a")
+    assert broken_read["status"] == "ignored"  # failed, with ignore_errors
+    assert "VTEP broken is incomplete" in broken_read["result"]["msg"] and "vni_stats" in broken_read["result"]["msg"]
 
 
 def test_teardown_leaves_nothing(lab):

@@ -1,0 +1,97 @@
+#!/usr/bin/python
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: vtep_info
+short_description: Read the counters of a deployed XDP VTEP
+version_added: "0.1.0"
+description:
+  - Reads the counters of a VTEP that M(xdpfleet.fabric.vtep) deployed, from its pinned maps alone. It needs no
+    configuration document, compiles nothing and loads no program, so it is cheap enough for a health check after
+    every rollout batch.
+  - The counters are the ones M(xdpfleet.fabric.vtep) returns. There is one entry per VNI and one per port, each
+    with rx/tx packets and bytes and drops by reason.
+  - Each map's layout is checked against the pinned map's BTF first. A VTEP deployed by another version of the
+    collection is refused, never misread.
+  - Read-only. It never changes the host.
+author:
+  - xdpfleet developers
+requirements:
+  - libbpf.so.1, bpffs at /sys/fs/bpf
+options:
+  name:
+    description: Name of the VTEP instance (the I(name) given to M(xdpfleet.fabric.vtep)).
+    type: str
+    default: vtep
+  pin_root:
+    description: bpffs directory under which each instance pins its links and maps, in a directory of its name.
+    type: path
+    default: /sys/fs/bpf/xdpfleet
+attributes:
+  check_mode:
+    support: full
+    description: Reading is the same in check mode.
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is nothing to show.
+seealso:
+  - module: xdpfleet.fabric.vtep
+"""
+
+EXAMPLES = r"""
+- name: Read the VTEP counters
+  xdpfleet.fabric.vtep_info:
+  register: vtep
+
+- name: Show what VNI 100 received and sent
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.xdpfleet_vtep.vnis['100'] }}"
+  when: vtep.present
+"""
+
+RETURN = r"""
+present:
+  description: Whether the host has a VTEP of that name. Without one, the counters are empty.
+  returned: always
+  type: bool
+ansible_facts:
+  description: C(xdpfleet_vtep) holds the counters, as M(xdpfleet.fabric.vtep) returns them.
+  returned: always
+  type: dict
+  sample:
+    xdpfleet_vtep:
+      vnis: {"100": {rx_packets: 10, rx_bytes: 980, tx_packets: 30, tx_bytes: 3440, drops: {}}}
+      ports: {uplink0: {rx_packets: 0, rx_bytes: 0, tx_packets: 20, tx_bytes: 2960, drops: {vid_mismatch: 2}}}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_deploy as vd
+from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "default": "vtep"},
+            "pin_root": {"type": "path", "default": xp.PIN_ROOT},
+        },
+        supports_check_mode=True,
+    )
+    paths = xp.InstancePaths(module.params["name"], module.params["pin_root"])
+    try:
+        counters = vd.read_counters(paths)
+    except (vd.VtepError, libbpf.LibbpfError) as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(
+        changed=False,
+        present=counters is not None,
+        ansible_facts={"xdpfleet_vtep": counters or {"vnis": {}, "ports": {}}},
+    )
+
+
+if __name__ == "__main__":
+    main()
