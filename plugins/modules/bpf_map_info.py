@@ -12,6 +12,8 @@ description:
     dictionaries, arrays lists and integers numbers, so counters read the same whatever program wrote them.
   - Per-CPU maps are summed over CPUs unless I(per_cpu=true).
   - Read-only. It never changes the host.
+extends_documentation_fragment:
+  - xdpfleet.fabric.read_only
 author:
   - xdpfleet developers
 options:
@@ -38,13 +40,6 @@ options:
     description: Leave out entries whose value is all zero bytes, such as unused array slots.
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-    description: Reading is the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to show.
 seealso:
   - module: xdpfleet.fabric.xdp_program
 """

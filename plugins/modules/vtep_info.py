@@ -16,6 +16,8 @@ description:
   - Each map's layout is checked against the pinned map's BTF first. A VTEP deployed by another version of the
     collection is refused, never misread.
   - Read-only. It never changes the host.
+extends_documentation_fragment:
+  - xdpfleet.fabric.read_only
 author:
   - xdpfleet developers
 requirements:
@@ -29,13 +31,6 @@ options:
     description: bpffs directory under which each instance pins its links and maps, in a directory of its name.
     type: path
     default: /sys/fs/bpf/xdpfleet
-attributes:
-  check_mode:
-    support: full
-    description: Reading is the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to show.
 seealso:
   - module: xdpfleet.fabric.vtep
 """
