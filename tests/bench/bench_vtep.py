@@ -433,7 +433,7 @@ def vtep_oddities(bed: Bed) -> list[str]:
 
 
 def report(points: list[Point], costs: dict, args, command: str, oddities: list[str]) -> None:
-    def med(key: str, size: int, attr: str, pick=statistics.median) -> float:
+    def summary(key: str, size: int, attr: str, pick=statistics.median) -> float:
         values = [getattr(p, attr) for p in points if p.scenario == key and p.size == size]
         return pick(values) if values else float("nan")
 
@@ -455,7 +455,7 @@ def report(points: list[Point], costs: dict, args, command: str, oddities: list[
             )
         ]
         for size in args.sizes:
-            a, b, c, d = (med(k, size, attr, pick) for k in "ABCD")
+            a, b, c, d = (summary(k, size, attr, pick) for k in "ABCD")
             label = f"{size} B" + (f" ({size + 50} B copies)" if size < 1514 else "")
             rows.append(
                 (
@@ -513,9 +513,9 @@ def report(points: list[Point], costs: dict, args, command: str, oddities: list[
     for size in args.sizes:
         for k in "ABCD":
             print(
-                f"  {size:>5} B  {SCENARIOS[k]:<8}  CPU{DUT_CPU} {med(k, size, 'cpu1'):3.0f}%  data plane "
-                f"{med(k, size, 'dut_share'):3.0f}%  offered {med(k, size, 'offered'):5.2f}  "
-                f"{med(k, size, 'copy_len'):.0f} B/copy"
+                f"  {size:>5} B  {SCENARIOS[k]:<8}  CPU{DUT_CPU} {summary(k, size, 'cpu1'):3.0f}%  data plane "
+                f"{summary(k, size, 'dut_share'):3.0f}%  offered {summary(k, size, 'offered'):5.2f}  "
+                f"{summary(k, size, 'copy_len'):.0f} B/copy"
             )
     print("per round, Mpps (Mpps/core):")
     for size in args.sizes:
@@ -529,7 +529,7 @@ def report(points: list[Point], costs: dict, args, command: str, oddities: list[
     ):
         goals = []
         for size in args.sizes:
-            a, b, c = (med(k, size, attr, pick) for k in "ABC")
+            a, b, c = (summary(k, size, attr, pick) for k in "ABC")
             goals.append(f"{size} B {'met' if a >= 0.9 * b and a >= 5 * c else 'MISSED'}")
         print(f"goal (XDP >= 0.90 x ceiling and >= 5 x Linux), {what}: " + ", ".join(goals))
     for line in oddities:
