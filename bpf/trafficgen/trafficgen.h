@@ -3,7 +3,7 @@
  * Traffic generator: the map layouts shared by the sender, the echo server and user space, and the one rule
  * both ends use to recognise test frames (UDP to or from a port range, over IPv4 or IPv6, one 802.1Q tag at most).
  *
- * Python declares the same layouts once, in plugins/module_utils/trafficgen.py, and checks them against the
+ * Python declares the same layouts once, in plugins/module_utils/trafficgen/generator.py, and checks them against the
  * object's BTF before it loads: a change here that Python does not follow fails the load.
  */
 #ifndef XDPFLEET_TRAFFICGEN_H

@@ -2,7 +2,7 @@
 /*
  * VXLAN VTEP in XDP: the map keys and values shared by the programs and by user space.
  *
- * Python declares the same layouts once, in plugins/module_utils/vtep_maps.py, and checks them against this
+ * Python declares the same layouts once, in plugins/module_utils/vtep/maps.py, and checks them against this
  * object's BTF at load: a change here that Python does not follow fails the load, it never writes wrong bytes.
  */
 #ifndef XDPFLEET_VTEP_H

@@ -19,7 +19,11 @@ from datetime import UTC, datetime
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.rfc2544 import L1_OVERHEAD_BYTES, Trial, line_rate_pps
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import (
+    L1_OVERHEAD_BYTES,
+    Trial,
+    line_rate_pps,
+)
 
 ARGUMENT_SPEC = {
     "dest": {"type": "path", "required": True},

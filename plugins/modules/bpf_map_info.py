@@ -81,7 +81,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import btf_layout, libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_layout, libbpf
 
 
 def read_map(path: str, per_cpu: bool, skip_zero: bool) -> dict:

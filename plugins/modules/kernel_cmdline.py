@@ -189,7 +189,7 @@ state_file:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import kernel_cmdline as kc
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import kernel_cmdline as kc
 
 
 def main() -> None:

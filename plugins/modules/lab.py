@@ -288,7 +288,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.lab import (
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab import (
     HAS_PYROUTE2,
     LabError,
     check_lab_dir,

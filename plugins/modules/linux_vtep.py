@@ -37,7 +37,7 @@ options:
   config:
     description:
       - The VTEP configuration document, with keys C(tunnel_ports) and C(vnis). It is the same document as for
-        M(xdpfleet.fabric.vtep). See plugins/module_utils/vtep_config.py for its schema.
+        M(xdpfleet.fabric.vtep). See plugins/module_utils/vtep/config.py for its schema.
       - C(vnis[].trunks) are refused. Trunks would need bridge VLAN filtering, which the Linux baseline does not
         configure and the lab kernel lacks.
       - All peers of one VNI must be via the same tunnel port, because a vxlan device has one local address.
@@ -131,8 +131,8 @@ state_file:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import linux_vtep as lv
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_config as vc
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import linux as lv
 
 
 def _diff(lines: list[str]) -> dict:

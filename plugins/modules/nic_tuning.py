@@ -118,8 +118,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf, netdev
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import nic_tuning as nt
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import nic as nt
 
 
 def xdp_program(ifname: str) -> tuple[int, str | None]:

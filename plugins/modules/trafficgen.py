@@ -236,13 +236,15 @@ import threading
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf, netdev
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import packet_templates as pt
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import trafficgen as tg
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import TypedMap
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.neighbours import NeighbourError, resolve
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.rfc2544 import (
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError, resolve
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import (
     Trial,
     check_search_arguments,
     line_rate_pps,

@@ -134,8 +134,8 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_deploy as vd
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
 
 
 def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:

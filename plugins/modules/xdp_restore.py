@@ -75,9 +75,9 @@ instances:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import host_records as hr
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_deploy as vd
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
 
 
 def main() -> None:

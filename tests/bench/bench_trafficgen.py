@@ -42,10 +42,11 @@ sys.path.insert(0, str(REPO / "tests" / "unit"))
 
 from vtep_netns import netns, port_facts
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import packet_templates as pt
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import trafficgen as tg
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import MapLayout, TypedMap
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout, TypedMap
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 
 PREFIX = "xk"
 CACHE = str(REPO / ".build" / "bench-cache")

@@ -46,9 +46,10 @@ sys.path.insert(0, str(REPO / "tests" / "unit"))
 
 from vtep_netns import netns, port_facts
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import Peer, TunnelPort, Vni, VtepConfig
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vm
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import Peer, TunnelPort, Vni, VtepConfig
 
 PREFIX = "xk"
 CACHE = str(REPO / ".build" / "bench-cache")  # inside the checkout: `make clean` removes it

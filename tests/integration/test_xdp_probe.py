@@ -31,7 +31,8 @@ A, B = "xpa0", "xpb0"  # A is probed, B is its peer
 PRELUDE = f"""
 import json, sys
 sys.path.insert(0, {str(COLLECTION)!r})
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf as L, xdp_probe as P
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf as L
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import probe as P
 """
 
 PROBE = (

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import packet_templates
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as packet_templates
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_INVENTORY = str(Path(sys.executable).parent / "ansible-inventory")

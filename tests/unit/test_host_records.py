@@ -4,7 +4,7 @@
 import json
 import subprocess
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import host_records as hr
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
 
 
 def test_teardown_stops_senders_and_forgets_records(tmp_path):

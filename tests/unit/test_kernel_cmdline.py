@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import kernel_cmdline as kc
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import kernel_cmdline as kc
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kernel_cmdline"
 NO_IOMMU_CMDLINE = "BOOT_IMAGE=/boot/vmlinuz-6.1.0-27-amd64 root=UUID=0b1f ro quiet\n"

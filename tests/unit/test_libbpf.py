@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import btf_layout as bl
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_layout as bl
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 
 FIXTURE_C = Path(__file__).parent / "bpf" / "layout_fixture.c"
 COLLECTION = Path(__file__).resolve().parents[2] / "collection"
@@ -238,8 +239,8 @@ CHILD = textwrap.dedent(
     """
     import ctypes, json, os, socket, subprocess, sys
     sys.path.insert(0, sys.argv[1])
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils import btf_layout as bl
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_layout as bl
     subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
     obj_path, ifname = sys.argv[2], sys.argv[3]
     ifindex = socket.if_nametoindex(ifname)

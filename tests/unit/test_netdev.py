@@ -9,7 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import netdev, xdp_probe
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import probe as xdp_probe
 
 
 def _fixed(text: str, size: int) -> bytes:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import nic_tuning as nt
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import nic as nt
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ethtool"
 

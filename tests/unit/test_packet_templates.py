@@ -21,8 +21,8 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import packet_templates as pt
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.packet_templates import TemplateError
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.templates import TemplateError
 
 SRC_MAC, DST_MAC = "02:00:00:00:00:01", "02:00:00:00:00:02"
 DEI = "dei" if "dei" in Dot1Q().default_fields else "id"  # scapy 2.5 (Debian 12's) still calls it id

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lablib import run_playbook
 
 from ansible_collections.xdpfleet.fabric.plugins.action import perf_report
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.rfc2544 import Trial
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import Trial
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.rfc2544 import (
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import (
     SWEEP_FRAME_SIZES,
     SearchResult,
     Trial,

@@ -10,11 +10,12 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from vtep_netns import PACKET_AUXDATA, REPO, SOL_PACKET, netns, port_facts, sh, with_vlan_tag
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import packet_templates as pt
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import trafficgen as tg
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import TypedMap, set_rodata
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.xdp_probe import XDP_PASS, xdp_return_program
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap, set_rodata
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import XDP_PASS, xdp_return_program
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and XDP need root")
 

@@ -17,9 +17,9 @@ sys.path.insert(0, str(REPO / "collection"))
 
 from jsonschema import Draft202012Validator
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_config as vc
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import (
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vtep_maps
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     ConfigError,
     InterfaceFacts,
     Peer,

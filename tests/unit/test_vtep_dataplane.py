@@ -10,7 +10,7 @@ from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
 from vtep_netns import VtepNetns
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import (
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     Peer,
     TrunkBinding,
     TunnelPort,
@@ -241,7 +241,7 @@ class vtep_mtu:
         self.lab, self.port, self.mtu = lab, port, mtu
 
     def __enter__(self):
-        from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
+        from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vm
 
         key = self.lab.ports[self.port].ifindex.to_bytes(4, "little")
         m = self.lab.maps["port_config"]
@@ -274,7 +274,7 @@ def test_membership_changes_are_live_and_minimal(vtep):
 
 def test_a_copy_without_a_peer_is_dropped_and_counted(vtep):
     """More copies than peers on a port (a moment during an update): the extra copy is dropped, not misdelivered."""
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vm
 
     membership = vtep.maps["port_vnis"].lookup(bytes(vm.PortVniKey(200, vtep.ports["ul"].ifindex)))
     row = vm.PortVni.from_buffer_copy(membership)
@@ -293,7 +293,7 @@ def test_a_copy_without_a_peer_is_dropped_and_counted(vtep):
 
 
 def test_trunk_copy_for_a_vni_the_trunk_left_is_dropped(vtep):
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vm
 
     key = bytes(vm.PortVniKey(110, vtep.ports["tr"].ifindex))
     memberships = vtep.maps["port_vnis"]

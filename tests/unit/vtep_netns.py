@@ -18,9 +18,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import VtepConfig
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vm
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
 
 REPO = Path(__file__).resolve().parents[2]
 CLONE_NEWNET = 0x40000000

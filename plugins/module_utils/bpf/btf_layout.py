@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 
 KIND_INT, KIND_PTR, KIND_ARRAY, KIND_STRUCT, KIND_UNION, KIND_ENUM = 1, 2, 3, 4, 5, 6
 KIND_TYPEDEF, KIND_VOLATILE, KIND_CONST, KIND_RESTRICT = 8, 9, 10, 11

@@ -16,9 +16,9 @@ import ctypes
 import socket
 from dataclasses import dataclass, field
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import MapLayout, TypedMap
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import (
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout, TypedMap
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     VTEP_MAX_MEMBERS,
     VTEP_MAX_PEERS,
     VTEP_MAX_PORTS,

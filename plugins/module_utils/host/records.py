@@ -24,10 +24,11 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import trafficgen as tg
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_deploy as vd
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
 
 RUN_DIR = "/run/xdpfleet"
 OTHER_RECORDS = ("linux_vtep.json", "nic_tuning.json", "kernel_cmdline.json")

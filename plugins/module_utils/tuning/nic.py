@@ -17,7 +17,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.netdev import read_text
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.netdev import read_text
 
 ETHTOOL = "ethtool"
 SYSFS_NET = "/sys/class/net"

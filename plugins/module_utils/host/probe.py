@@ -25,7 +25,7 @@ import re
 import struct
 import time
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 
 XDP_DROP, XDP_PASS, XDP_TX = 1, 2, 3
 PROBE_ETHERTYPE = 0x88B5  # IEEE 802 local experimental ethertype 1: no protocol handler anywhere takes it
@@ -155,7 +155,7 @@ class Probe:
         self.libbpf_error: str | None = None
         self._progs: dict[int, int] = {}
         try:
-            from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf
+            from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 
             libbpf.lib()
             self.libbpf = libbpf

@@ -21,11 +21,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import libbpf, netdev
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import MapLayout, TypedMap, set_rodata
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.packet_templates import Expanded
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.rfc2544 import Trial
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.xdp_probe import Probe, xdp_md
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout, TypedMap, set_rodata
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import Probe, xdp_md
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import Trial
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.templates import Expanded
 
 HEADER_MAX, BASES_MAX, DIFFS_MAX = 128, 8, 8  # bpf/trafficgen/trafficgen.h
 BATCH_MAX = 256  # the kernel's limit for live-frames batches

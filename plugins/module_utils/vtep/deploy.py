@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import bpf_build, libbpf, netdev
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_maps as vm
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import xdp_program as xp
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.btf_layout import LayoutMismatch
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep_config import ConfigError, InterfaceFacts, validate
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import LayoutMismatch
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vm
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import ConfigError, InterfaceFacts, validate
 
 VTEP_SOURCE = "/var/lib/xdpfleet/src/vtep/vtep.c"
 VTEP_INCLUDE_DIRS = ["/var/lib/xdpfleet/src/include"]
@@ -73,7 +75,7 @@ def read_counters(paths: xp.InstancePaths) -> dict | None:
 
 
 def resolve_peer_macs(config, ports: dict[str, vm.Port], timeout: float) -> dict[tuple[int, str], str]:
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils.neighbours import NeighbourError, resolve
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError, resolve
 
     macs = {}
     for i, vni in enumerate(config.vnis):

@@ -24,7 +24,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils import vtep_config as vc
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
 
 try:
     from pyroute2 import IPRoute
