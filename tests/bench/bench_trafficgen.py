@@ -38,7 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collection"))
-sys.path.insert(0, str(REPO / "tests" / "unit"))
+sys.path.insert(0, str(REPO / "tests" / "kernel"))
 
 from vtep_netns import netns, port_facts
 

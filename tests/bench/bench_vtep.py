@@ -42,7 +42,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collection"))
-sys.path.insert(0, str(REPO / "tests" / "unit"))
+sys.path.insert(0, str(REPO / "tests" / "kernel"))
 
 from vtep_netns import netns, port_facts
 
@@ -209,7 +209,7 @@ class Bed:
             self.link("bench_sink", "ulp")
 
     def setup_a(self) -> None:
-        """The XDP VTEP, brought up as tests/unit/vtep_netns.py does: ports from the namespace, maps by vtep_maps."""
+        """The XDP VTEP, brought up as tests/kernel/vtep_netns.py does: ports from the namespace, maps by vtep_maps."""
         self.vtep = libbpf.BpfObject(compile_bpf(REPO / "bpf" / "vtep" / "vtep.c", [REPO / "bpf" / "include"]))
         for layout in vm.LAYOUTS.values():
             layout.check_object(self.vtep)
