@@ -507,8 +507,8 @@ def echo(module) -> dict:
         environment, _ = tg.preflight(iface, 1)
     except tg.TrafficgenError as exc:
         module.fail_json(msg=str(exc))
-    if not xp.bpffs_mounted():
-        module.fail_json(msg="bpffs is not mounted at /sys/fs/bpf (the xdpfleet.fabric.xdp_host role mounts it)")
+    if (no_bpffs := xp.bpffs_problem()):
+        module.fail_json(msg=no_bpffs)
     result = {"ports": [lo, hi], "environment": environment, "host": os.uname().nodename, "interface": iface}
     object_path = compile_source(module, "echo.c")
     if object_path is None:

@@ -202,8 +202,8 @@ def validate(module: AnsibleModule) -> None:
     missing = [i for i in p["interfaces"] if not xp.ifindex_of(i)]
     if missing:
         module.fail_json(msg=f"interfaces: no such interface on this host: {', '.join(missing)}")
-    if not xp.bpffs_mounted():
-        module.fail_json(msg="bpffs is not mounted at /sys/fs/bpf (the xdpfleet.fabric.xdp_host role mounts it)")
+    if (no_bpffs := xp.bpffs_problem()):
+        module.fail_json(msg=no_bpffs)
 
 
 def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:

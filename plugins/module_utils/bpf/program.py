@@ -117,6 +117,13 @@ def bpffs_mounted(path: str = "/sys/fs/bpf") -> bool:
         return any(line.split()[1] == path and line.split()[2] == BPFFS_TYPE for line in mounts)
 
 
+def bpffs_problem(path: str = "/sys/fs/bpf") -> str | None:
+    """Why pins cannot be kept (bpffs is not mounted at `path`), or None; said the same way by every module."""
+    if bpffs_mounted(path):
+        return None
+    return f"bpffs is not mounted at {path}: mount -t bpf bpf {path} (the xdpfleet.fabric.xdp_host role mounts it)"
+
+
 def ifindex_of(ifname: str) -> int:
     try:
         return socket.if_nametoindex(ifname)

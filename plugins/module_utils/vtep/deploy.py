@@ -127,8 +127,8 @@ def deploy(
         config = validate(document, facts)
     except ConfigError as exc:
         raise VtepError(str(exc), exc.problems) from exc
-    if not xp.bpffs_mounted():
-        raise VtepError("bpffs is not mounted at /sys/fs/bpf (the xdpfleet.fabric.xdp_host role mounts it)")
+    if (no_bpffs := xp.bpffs_problem()):
+        raise VtepError(no_bpffs)
     peer_macs = resolve_peer_macs(config, ports, neighbour_timeout)
     try:
         object_path, _ = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
