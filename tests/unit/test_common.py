@@ -42,7 +42,7 @@ SCHEMA = {
     "required": ["vnis"],
     "properties": {
         "vnis": {"type": "array", "items": {"type": "integer", "title": "VNI", "minimum": 1, "maximum": 16777215}},
-        "local_ip": {"type": "string", "format": "ipv4", "title": "address"},
+        "local_ip": {"type": "string", "format": "ipv4", "description": "the tunnel address"},
     },
 }
 
@@ -56,7 +56,7 @@ def test_schema_problems_name_the_path_and_the_rule_in_document_order():
     ]
     assert schema.problems(SCHEMA, {}) == ["document: missing required key 'vnis'"]
     assert schema.problems(SCHEMA, {"vnis": [], "local_ip": "300.1.1.1"}, root="template") == [
-        'local_ip: "300.1.1.1" is not a valid IPv4 address'
+        'local_ip: "300.1.1.1" is not a valid IPv4 address (the tunnel address)'
     ]
 
 
