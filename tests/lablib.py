@@ -73,6 +73,19 @@ class PlaybookResult:
         return f"$ {' '.join(self.argv)}\nrc={self.rc}\n{self.stdout[-6000:]}\n{self.stderr[-3000:]}"
 
 
+def printed_diff(stdout: str, header: str) -> list[str]:
+    """What `--diff` printed for the resource `header` (its diff's before/after_header): the unified diff's lines,
+    "-" for a line only before, "+" for one only after, " " for one in both."""
+    lines = stdout.splitlines()
+    out = []
+    for line in lines[lines.index(f"+++ after: {header}") + 1 :]:
+        if not line or line[0] not in "+- @":
+            break
+        if not line.startswith("@@"):
+            out.append(line)
+    return out
+
+
 def _end_ssh_masters(control_dir: str) -> None:
     """Ask every ControlPersist master of this run to exit (they would linger ~60 s otherwise)."""
     for sock in Path(control_dir).iterdir():

@@ -63,9 +63,9 @@ attributes:
   diff_mode:
     support: full
     description:
-      - "One line per change, for example C(VNI 100: + peer 198.51.100.34 via uplink0),
-        C(VNI 100: + access port acc100), C(VNI 100: ~ vxlan xvx100 MTU 1500 -> 1550)
-        or C(VNI 200: - bridge xbr200)."
+      - "The items before and after, one per line: an item added shows as C(+VNI 100: peer 198.51.100.34 via
+        uplink0), one removed as C(-VNI 200: bridge xbr200), one changed as a pair (C(-VNI 100: vxlan xvx100 MTU
+        1500), C(+VNI 100: vxlan xvx100 MTU 1550))."
 notes:
   - Only IPv4 underlays are supported, as by the XDP VTEP.
   - The VNI and the UDP port of a live vxlan device cannot change. If either differs, the device is re-created, and
@@ -111,7 +111,9 @@ vnis:
       members: [acc100, xvx100]
       peers: [{ip: 198.51.100.129, via: uplink0}]
 changes:
-  description: The changes made (or, in check mode, that would be made), one line each, as in the diff.
+  description:
+    - The changes made (or, in check mode, that would be made), one line each (+ added, - removed, ~ changed).
+      The diff shows the same items as before and after.
   returned: always
   type: list
   elements: str
@@ -131,72 +133,7 @@ state_file:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import linux as lv
-
-
-def _diff(lines: list[str]) -> dict:
-    return {
-        "before_header": "linux_vtep",
-        "after_header": "linux_vtep",
-        "prepared": "\n".join(lines) + "\n",
-    }
-
-
-def present(module: AnsibleModule, ipr) -> dict:
-    p = module.params
-    host = lv.read_host(ipr)
-    try:
-        config = vc.validate(p["config"], host.interface_facts())
-    except vc.ConfigError as exc:
-        module.fail_json(msg=str(exc), problems=exc.problems, changed=False)
-    except ImportError:
-        module.fail_json(msg=missing_required_lib("jsonschema"))
-    try:
-        desired = lv.check(config, host, p["config"])
-    except lv.LinuxVtepError as exc:
-        module.fail_json(
-            msg="invalid VTEP configuration for the Linux baseline:\n" + "\n".join(f"- {x}" for x in exc.problems),
-            problems=exc.problems,
-            changed=False,
-        )
-    steps = lv.plan(desired, host)
-    lines = [s.line for s in steps]
-    if steps and not module.check_mode:
-        try:
-            lv.apply(ipr, steps)
-        except lv.LinuxVtepError as exc:
-            module.fail_json(msg=str(exc), changes=lines, changed=True)
-        host = lv.read_host(ipr)
-    if module.check_mode:
-        vnis = {str(d.vni): d.report() for d in desired}
-    else:
-        vnis = lv.report(host)
-        record = {str(d.vni): d.record() for d in desired}
-        if lv.read_state(p["state_dir"]).get("vnis") != record:
-            lv.write_state(p["state_dir"], record)
-    result = {"changed": bool(steps), "vnis": vnis, "changes": lines, "state_file": lv.state_path(p["state_dir"])}
-    if steps:
-        result["diff"] = _diff(lines)
-    return result
-
-
-def absent(module: AnsibleModule, ipr) -> dict:
-    p = module.params
-    host = lv.read_host(ipr)
-    steps = lv.absent_plan(host)
-    lines = [s.line for s in steps]
-    if not module.check_mode:
-        if steps:
-            try:
-                lv.apply(ipr, steps)
-            except lv.LinuxVtepError as exc:
-                module.fail_json(msg=str(exc), changes=lines, changed=True)
-        lv.remove_state(p["state_dir"])
-    result = {"changed": bool(steps), "vnis": {}, "changes": lines, "state_file": lv.state_path(p["state_dir"])}
-    if steps:
-        result["diff"] = _diff(lines)
-    return result
 
 
 def main() -> None:
@@ -211,10 +148,18 @@ def main() -> None:
     )
     if not lv.HAS_PYROUTE2:
         module.fail_json(msg=missing_required_lib("pyroute2"))
+    p = module.params
     with lv.open_ipr() as ipr:
-        if module.params["state"] == "present":
-            module.exit_json(**present(module, ipr))
-        module.exit_json(**absent(module, ipr))
+        try:
+            if p["state"] == "present":
+                result = lv.deploy(ipr, p["config"], p["state_dir"], module.check_mode)
+            else:
+                result = lv.remove(ipr, p["state_dir"], module.check_mode)
+        except lv.MissingLibrary as exc:
+            module.fail_json(msg=missing_required_lib(exc.name))
+        except lv.LinuxVtepError as exc:
+            module.fail_json(msg=str(exc), **exc.result())
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

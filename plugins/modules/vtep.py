@@ -71,7 +71,10 @@ attributes:
     description: Validates, compiles, loads and computes the difference; changes nothing.
   diff_mode:
     support: full
-    description: The configuration difference in words, per VNI, and the program changes per port.
+    description:
+      - "The configuration in words, before and after, per VNI: a peer added shows as C(+VNI 100: peer
+        198.51.100.130 via uplink0 (02:00:00:00:01:30)), an access port removed as C(-VNI 100: access port acc100).
+        Then per port the ingress program before and after."
 seealso:
   - module: xdpfleet.fabric.xdp_program
   - module: xdpfleet.fabric.linux_vtep
@@ -106,7 +109,9 @@ removed:
   elements: str
   sample: ["- p1: xdp_count tag 0d112e397a65ba3d native", "- map xdp_counters"]
 changes:
-  description: The configuration difference in words, one line per member or peer added (+) or removed (-).
+  description:
+    - The configuration difference in words, one line per member or peer added (+) or removed (-). The diff shows
+      the same items as before and after.
   returned: always
   type: list
   elements: str

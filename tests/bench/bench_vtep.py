@@ -6,7 +6,7 @@ Not a test (pytest does not collect bench_*.py): it prints a table of ratios fro
 Three namespaces, one per data plane, each with an access port `acc` (veth; the sender's end `accp`) and one
 uplink `ul` (veth, MTU 1600; far end `ulp`) behind which two remote VTEPs live (next-hop MACs given, no ARP):
 
-  A  xk-<pid>-a  the XDP VTEP (bpf/vtep, native mode on acc and ul), configured through vtep_maps
+  A  xk-<pid>-a  the XDP VTEP (bpf/vtep, native mode on acc and ul), configured by the vtep module's writer.update()
   B  xk-<pid>-b  the ceiling: a minimal XDP program on acc broadcasting through a devmap with 2 entries on ul,
                  no rewrite, no egress program
   C  xk-<pid>-c  the Linux kernel: acc and a vxlan device (VNI 100, head-end replication by two all-zeros FDB
@@ -48,8 +48,14 @@ from vtep_netns import netns, port_facts
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vm
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import Peer, TunnelPort, Vni, VtepConfig
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, writer
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
+    AccessPort,
+    Peer,
+    TunnelPort,
+    Vni,
+    VtepConfig,
+)
 
 PREFIX = "xk"
 CACHE = str(REPO / ".build" / "bench-cache")  # inside the checkout: `make clean` removes it
@@ -209,25 +215,26 @@ class Bed:
             self.link("bench_sink", "ulp")
 
     def setup_a(self) -> None:
-        """The XDP VTEP, brought up as tests/kernel/vtep_netns.py does: ports from the namespace, maps by vtep_maps."""
+        """The XDP VTEP, brought up as tests/kernel/vtep_netns.py does: ports from the namespace, maps by the
+        vtep module's own writer.update()."""
         self.vtep = libbpf.BpfObject(compile_bpf(REPO / "bpf" / "vtep" / "vtep.c", [REPO / "bpf" / "include"]))
-        for layout in vm.LAYOUTS.values():
+        for layout in layouts.LAYOUTS.values():
             layout.check_object(self.vtep)
         self.vtep.load()
-        self.vtep_maps = {n: self.vtep.map(n) for n in vm.MAP_NAMES}
+        self.vtep_maps = {n: self.vtep.map(n) for n in layouts.MAP_NAMES}
         ingress = self.vtep.program("vtep_ingress").fd
         self.link(ingress, "acc")
         self.link(ingress, "ul")
         config = VtepConfig(
             tunnel_ports=(TunnelPort("ul", LOCAL_IP),),
-            vnis=(Vni(VNI, ("acc",), (), tuple(Peer(ip, "ul", mac) for ip, mac in sorted(PEERS.items()))),),
+            vnis=(
+                Vni(VNI, (AccessPort("acc"),), (), tuple(Peer(ip, "ul", mac) for ip, mac in sorted(PEERS.items()))),
+            ),
         )
         with netns(self.ns):  # devmap entries resolve their ifindex in the writer's namespace
             ports = {name: port_facts(name) for name in ("acc", "ul")}
-            current = vm.VtepMaps(self.vtep_maps).read()
-            desired = vm.compile_desired(config, ports, {}, current)
-            with vm.Writer(self.vtep_maps, current, self.vtep.program("vtep_egress").fd) as writer:
-                writer.apply(vm.diff(current, desired), desired)
+            with writer.update(self.vtep_maps, self.vtep.program("vtep_egress"), config, ports, {}):
+                pass
 
     def setup_b(self) -> None:
         with netns(self.ns):
@@ -241,7 +248,7 @@ class Bed:
         with netns(self.ns):
             flood = self.obj.map("flood_encap")
             for member in range(1, COPIES + 1):
-                flood.update(struct.pack("<I", member), bytes(vm.DevmapVal(self.ifindex["ul"], egress)))
+                flood.update(struct.pack("<I", member), bytes(layouts.DevmapVal(self.ifindex["ul"], egress)))
         self.link("bench_bare_encap", "acc")
 
     def setup_c(self) -> None:
@@ -424,7 +431,7 @@ def remove_stale() -> None:
 
 def vtep_oddities(bed: Bed) -> list[str]:
     names = {bed.ifindex["acc"]: "acc", bed.ifindex["ul"]: "ul"}
-    counters = vm.counters(bed.vtep_maps, vm.VtepMaps(bed.vtep_maps).read(), names)
+    counters = writer.counters(bed.vtep_maps, writer.read(bed.vtep_maps), names)
     out = []
     for kind in ("ports", "vnis"):
         for name, c in counters[kind].items():

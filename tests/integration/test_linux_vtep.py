@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from lablib import printed_diff
+
 ANSIBLE = str(Path(sys.executable).parent / "ansible")
 CALLBACK_DIR = REPO / "tests" / "callback_plugins"
 
@@ -222,7 +225,7 @@ def test_adding_a_peer_changes_only_that_fdb_entry(topo):
     checked = run_module(topo, H1, check=True, diff=True, config=document(H1, extra_peers=[NO_VTEP]))
     assert checked.status == "ok" and checked.result["changed"] is True, checked
     assert checked.changes == [f"VNI 100: + peer {NO_VTEP} via {UPLINK}"]
-    assert f"VNI 100: + peer {NO_VTEP} via {UPLINK}" in checked.proc.stdout  # what --diff shows the user
+    assert printed_diff(checked.proc.stdout, "linux_vtep") == [f"+VNI 100: peer {NO_VTEP} via {UPLINK}"]  # --diff
     assert snapshot(H1) == before
 
     added = run_module(topo, H1, diff=True, config=document(H1, extra_peers=[NO_VTEP]))
@@ -236,6 +239,7 @@ def test_adding_a_peer_changes_only_that_fdb_entry(topo):
 
     removed = run_module(topo, H1, diff=True, config=document(H1))
     assert removed.status == "ok" and removed.changes == [f"VNI 100: - peer {NO_VTEP} via {UPLINK}"], removed
+    assert printed_diff(removed.proc.stdout, "linux_vtep") == [f"-VNI 100: peer {NO_VTEP} via {UPLINK}"]
     assert snapshot(H1) == before
 
 

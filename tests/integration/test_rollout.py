@@ -17,6 +17,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from l2lib import bum_probe, ports
+from lablib import printed_diff
 
 PLAYBOOK = "playbooks/vtep.yml"
 ROLLOUT = {"vtep_canary": True, "vtep_serial": 2}
@@ -90,7 +91,7 @@ def test_check_mode_shows_the_change_and_changes_nothing(rollout_lab):
         check = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT, check=True, diff=True)
     assert check.rc == 0, check
     assert check.result(task=CONFIGURE["xdp"], host="c")["changes"] == ["VNI 100: - access port acc100"]
-    assert "VNI 100: - access port acc100" in check.stdout  # --diff prints it
+    assert printed_diff(check.stdout, "vtep vtep") == ["-VNI 100: access port acc100"]  # --diff prints it
     for host in ("a", "b", "d"):
         assert check.result(task=CONFIGURE["xdp"], host=host)["changes"] == []
     assert check.results(task=HEALTH) == []  # no probes in check mode

@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from l2lib import Port, Vlan, build_frame, bum_probe, mac, new_marker, ports, probe
+from lablib import printed_diff
 
 PLAYBOOK = "playbooks/vtep.yml"
 VNI100 = ["a100", "alocal", "b100", "c100", "l100"]
@@ -190,7 +191,7 @@ def test_one_member_more_or_less_changes_only_that(fabric):
     assert "c100" not in bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=1)
     back = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "c"}, diff=True)
     assert back.result(task=XDP_TASK, host="c")["changes"] == ["VNI 100: + access port acc100"]
-    assert "VNI 100: + access port acc100" in back.stdout  # --diff shows it
+    assert printed_diff(back.stdout, "vtep vtep") == ["+VNI 100: access port acc100"]  # --diff shows it
     assert "c100" in bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=2)
 
 
@@ -250,6 +251,36 @@ def test_invalid_documents_are_refused_naming_the_field_and_change_nothing(fabri
     for item, (doc, expected) in zip(items, INVALID, strict=True):
         assert item["failed"], doc
         assert expected in item["msg"], (expected, item["msg"])
+    assert dump_config_maps(lab, "a") == before
+
+
+# Not in sorted order: VNI 200 first, and VNI 100's peers not by address. The third peer of VNI 100 has no `mac` and
+# cannot be resolved through ul-b: the route to c's address leaves a through ul-c.
+UNRESOLVABLE = {
+    "tunnel_ports": [{"port": "ul-b", "local_ip": "198.51.100.97"}],
+    "vnis": [
+        {"vni": 200, "access_ports": ["acc200"],
+         "peers": [{"ip": "198.51.100.98", "via": "ul-b", "mac": "02:00:00:00:00:98"}]},
+        {"vni": 100, "access_ports": ["acc100"],
+         "peers": [{"ip": "198.51.100.150", "via": "ul-b", "mac": "02:00:00:00:01:50"},
+                   {"ip": "198.51.100.98", "via": "ul-b", "mac": "02:00:00:00:00:98"},
+                   {"ip": "198.51.100.102", "via": "ul-b"}]},
+    ],
+}  # fmt: skip
+
+
+def test_a_peer_that_cannot_be_resolved_is_named_where_the_document_has_it(fabric):
+    lab, _, _ = fabric
+    before = dump_config_maps(lab, "a")
+    result = lab.run_tasks(
+        [{"name": "unresolvable", "xdpfleet.fabric.vtep": {"config": UNRESOLVABLE}, "ignore_errors": True}], hosts="a"
+    )
+    (refused,) = result.results(task="unresolvable", host="a")
+    assert refused["status"] == "ignored", refused  # failed, with ignore_errors
+    assert refused["result"]["msg"] == (
+        "vnis[1].peers[2].ip: the route to 198.51.100.102 leaves through ul-c, not through this tunnel port; "
+        "give its next-hop mac explicitly"
+    )
     assert dump_config_maps(lab, "a") == before
 
 

@@ -10,7 +10,9 @@ from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
 from vtep_netns import VtepNetns
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, writer
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
+    AccessPort,
     Peer,
     TrunkBinding,
     TunnelPort,
@@ -37,12 +39,16 @@ def peers(ips, via="ul"):
     return tuple(Peer(ip, via, peer_mac(ip)) for ip in sorted(ips))
 
 
+def access(*names):
+    return tuple(AccessPort(name) for name in names)
+
+
 def config(peers_100=PEERS_100) -> VtepConfig:
     return VtepConfig(
         tunnel_ports=(TunnelPort("ul", LOCAL_IP), TunnelPort("ul2", "198.51.100.2")),
         vnis=(
-            Vni(100, ("a1", "a2"), (), peers(peers_100) + peers([SECOND_UPLINK_PEER], via="ul2")),
-            Vni(200, ("a3",), (), peers(PEERS_200)),
+            Vni(100, access("a1", "a2"), (), peers(peers_100) + peers([SECOND_UPLINK_PEER], via="ul2")),
+            Vni(200, access("a3"), (), peers(PEERS_200)),
             Vni(110, (), (TrunkBinding("tr", 10),), peers(PEERS_100[:1])),
             Vni(210, (), (TrunkBinding("tr", 20),), ()),
         ),
@@ -241,12 +247,10 @@ class vtep_mtu:
         self.lab, self.port, self.mtu = lab, port, mtu
 
     def __enter__(self):
-        from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vm
-
         key = self.lab.ports[self.port].ifindex.to_bytes(4, "little")
         m = self.lab.maps["port_config"]
         self.saved = m.lookup(key)
-        changed = vm.PortConfig.from_buffer_copy(self.saved)
+        changed = layouts.PortConfig.from_buffer_copy(self.saved)
         changed.mtu = self.mtu
         m.update(key, bytes(changed))
 
@@ -272,12 +276,25 @@ def test_membership_changes_are_live_and_minimal(vtep):
         vtep.configure(config())  # restored for the tests that follow
 
 
+def test_a_write_the_kernel_refuses_names_the_document_item_and_is_undone(vtep):
+    """A VNI whose access port vanished after validation: the kernel refuses its devmap member (no such ifindex).
+    The error names the port's entry in the document, and the entries written before it are taken back."""
+    before = writer.read(vtep.maps)
+    gone = AccessPort("gone0", path="vnis[4].access_ports[0]")
+    refused = VtepConfig(config().tunnel_ports, (*config().vnis, Vni(300, (gone,), (), (), path="vnis[4]")))
+    ports = {**vtep.ports, "gone0": plan.Port("gone0", 9999, 1500, "02:00:00:00:99:99")}
+    with pytest.raises(writer.WriteError) as caught:
+        vtep.configure(refused, ports=ports)
+    message = str(caught.value)
+    assert message.startswith("vnis[4].access_ports[0]: adding ifindex 9999 to the flood group of VNI 300 failed:")
+    after = writer.read(vtep.maps)
+    assert after.entries == before.entries and after.groups == before.groups and after.where == before.where
+
+
 def test_a_copy_without_a_peer_is_dropped_and_counted(vtep):
     """More copies than peers on a port (a moment during an update): the extra copy is dropped, not misdelivered."""
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vm
-
-    membership = vtep.maps["port_vnis"].lookup(bytes(vm.PortVniKey(200, vtep.ports["ul"].ifindex)))
-    row = vm.PortVni.from_buffer_copy(membership)
+    membership = vtep.maps["port_vnis"].lookup(bytes(layouts.PortVniKey(200, vtep.ports["ul"].ifindex)))
+    row = layouts.PortVni.from_buffer_copy(membership)
     key = (row.first_peer + row.peers - 1).to_bytes(4, "little")
     peers = vtep.maps["tunnel_peers"]
     saved = peers.lookup(key)
@@ -293,9 +310,7 @@ def test_a_copy_without_a_peer_is_dropped_and_counted(vtep):
 
 
 def test_trunk_copy_for_a_vni_the_trunk_left_is_dropped(vtep):
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vm
-
-    key = bytes(vm.PortVniKey(110, vtep.ports["tr"].ifindex))
+    key = bytes(layouts.PortVniKey(110, vtep.ports["tr"].ifindex))
     memberships = vtep.maps["port_vnis"]
     saved = memberships.lookup(key)
     memberships.delete(key)

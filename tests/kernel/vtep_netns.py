@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vm
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, writer
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,12 +53,12 @@ def sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True)
 
 
-def port_facts(name: str) -> vm.Port:
+def port_facts(name: str) -> plan.Port:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         ifreq = struct.pack("16s16x", name.encode())
         mtu = struct.unpack("16si12x", fcntl.ioctl(s, SIOCGIFMTU, ifreq))[1]
         hw = fcntl.ioctl(s, SIOCGIFHWADDR, ifreq)[18:24]
-    return vm.Port(name, socket.if_nametoindex(name), mtu, ":".join(f"{b:02x}" for b in hw))
+    return plan.Port(name, socket.if_nametoindex(name), mtu, ":".join(f"{b:02x}" for b in hw))
 
 
 @dataclass
@@ -102,12 +102,12 @@ class VtepNetns:
     """Namespace `name` with VTEP ports (inner ends) and taps (outer ends, named <port>p)."""
 
     name: str
-    ports: dict[str, vm.Port] = field(default_factory=dict)
+    ports: dict[str, plan.Port] = field(default_factory=dict)
     taps: dict[str, Tap] = field(default_factory=dict)
     links: dict[str, int] = field(default_factory=dict)
     obj: libbpf.BpfObject | None = None
     maps: dict[str, libbpf.Map] = field(default_factory=dict)
-    current: vm.MapContents | None = None
+    current: plan.MapContents | None = None
 
     @classmethod
     def create(cls, name: str, port_mtus: dict[str, int]) -> VtepNetns:
@@ -139,11 +139,11 @@ class VtepNetns:
             str(REPO / "bpf" / "vtep" / "vtep.c"), cache_dir, [str(REPO / "bpf" / "include")]
         )
         self.obj = libbpf.BpfObject(path)
-        for layout in vm.LAYOUTS.values():
+        for layout in layouts.LAYOUTS.values():
             layout.check_object(self.obj)
         self.obj.load()
-        self.maps = {n: self.obj.map(n) for n in vm.MAP_NAMES}
-        self.current = vm.VtepMaps(self.maps).read()
+        self.maps = {n: self.obj.map(n) for n in layouts.MAP_NAMES}
+        self.current = writer.read(self.maps)
         self.attach(mode)
 
     def attach(self, mode: str) -> None:
@@ -158,17 +158,17 @@ class VtepNetns:
             os.close(fd)
         self.links.clear()
 
-    def configure(self, config: VtepConfig, peer_macs=None) -> vm.MapDiff:
-        desired = vm.compile_desired(config, self.ports, peer_macs or {}, self.current)
-        difference = vm.diff(self.current, desired)
+    def configure(self, config: VtepConfig, peer_macs=None, ports=None) -> plan.MapDiff:
+        """Bring the maps to `config` as the vtep module does; `ports` (default: the namespace's) may be altered."""
+        egress = self.obj.program("vtep_egress")
         # Devmap entries resolve their ifindex in the writer's namespace.
-        with netns(self.name), vm.Writer(self.maps, self.current, self.obj.program("vtep_egress").fd) as writer:
-            writer.apply(difference, desired)
-        self.current = vm.VtepMaps(self.maps).read()
+        with netns(self.name), writer.update(self.maps, egress, config, ports or self.ports, peer_macs or {}) as done:
+            difference = done.diff
+        self.current = writer.read(self.maps)
         return difference
 
     def counters(self) -> dict:
-        return vm.counters(self.maps, self.current, {p.ifindex: n for n, p in self.ports.items()})
+        return writer.counters(self.maps, self.current, {p.ifindex: n for n, p in self.ports.items()})
 
     def drain_all(self) -> None:
         for tap in self.taps.values():

@@ -18,8 +18,9 @@ sys.path.insert(0, str(REPO / "collection"))
 from jsonschema import Draft202012Validator
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vtep_maps
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
+    AccessPort,
     ConfigError,
     InterfaceFacts,
     Peer,
@@ -75,14 +76,14 @@ EXPECTED = VtepConfig(
     vnis=(
         Vni(
             100,
-            access_ports=("acc100", "acclocal"),
+            access_ports=(AccessPort("acc100"), AccessPort("acclocal")),
             trunks=(),
             peers=(Peer("198.51.100.2", "tun-b", "02:aa:bb:cc:00:02"), Peer("198.51.100.6", "tun-c", None)),
         ),
         Vni(110, access_ports=(), trunks=(TrunkBinding("trunk0", 10),), peers=(Peer("198.51.100.2", "tun-b", None),)),
         Vni(
             200,
-            access_ports=("acc200",),
+            access_ports=(AccessPort("acc200"),),
             trunks=(),
             peers=(Peer("198.51.100.2", "tun-b", None), Peer("198.51.100.6", "tun-c", None)),
         ),
@@ -119,28 +120,12 @@ def test_limits_match_the_data_plane_header():
         "VTEP_MAX_PEERS",
     ):
         assert int(defines[name]) == getattr(vc, name), name
-    assert int(defines["VTEP_SMALL_GROUP"]) == vtep_maps.VTEP_SMALL_GROUP
-
-
-def test_rows_of_peers_stay_in_place_or_move_to_free_indexes():
-    current = {(100, 5): (0, 4), (200, 5): (4, 2)}
-    # Unchanged and shrinking rows stay; a new row goes after the used indexes.
-    assert vtep_maps.place_rows({(100, 5): 3, (200, 5): 2, (300, 5): 2}, current, 64) == {
-        (100, 5): 0,
-        (200, 5): 4,
-        (300, 5): 6,
-    }
-    # A row that cannot grow where it is moves to indexes no current row uses (make before break).
-    assert vtep_maps.place_rows({(100, 5): 5, (200, 5): 2}, current, 64) == {(100, 5): 6, (200, 5): 4}
-    # The last row grows in place into free indexes.
-    assert vtep_maps.place_rows({(100, 5): 4, (200, 5): 3}, current, 64) == {(100, 5): 0, (200, 5): 4}
-    with pytest.raises(ValueError, match=r"VNI 300: no room for 60 more peers .* limit of 64 \(VTEP_MAX_PEERS\)"):
-        vtep_maps.place_rows({(100, 5): 4, (200, 5): 2, (300, 5): 60}, current, 64)
+    assert int(defines["VTEP_SMALL_GROUP"]) == layouts.VTEP_SMALL_GROUP
 
 
 def test_optional_lists_default_to_empty():
     doc = {"vnis": [{"vni": 7, "access_ports": ["acc100", "acc200"]}]}
-    assert vc.validate(doc, host()) == VtepConfig((), (Vni(7, ("acc100", "acc200"), (), ()),))
+    assert vc.validate(doc, host()) == VtepConfig((), (Vni(7, (AccessPort("acc100"), AccessPort("acc200")), (), ()),))
 
 
 def test_mac_is_normalised_to_lowercase_and_kept_when_given():
@@ -193,6 +178,26 @@ def test_model_is_frozen_and_made_of_tuples():
     assert isinstance(config.vnis, tuple) and all(isinstance(v.peers, tuple) for v in config.vnis)
     with pytest.raises(AttributeError):
         config.vnis[0].vni = 1  # type: ignore[misc]
+
+
+def test_every_item_of_the_sorted_model_keeps_its_path_in_the_document():
+    config = vc.validate(document(), host())
+    assert [(t.port, t.path) for t in config.tunnel_ports] == [
+        ("tun-b", "tunnel_ports[1]"),
+        ("tun-c", "tunnel_ports[0]"),
+    ]
+    by_vni = {v.vni: v for v in config.vnis}
+    assert [v.path for v in config.vnis] == ["vnis[1]", "vnis[3]", "vnis[0]", "vnis[2]"]  # VNI 100, 110, 200, 210
+    assert [(a.port, a.path) for a in by_vni[100].access_ports] == [
+        ("acc100", "vnis[1].access_ports[1]"),
+        ("acclocal", "vnis[1].access_ports[0]"),
+    ]
+    assert [(p.ip, p.path) for p in by_vni[100].peers] == [
+        ("198.51.100.2", "vnis[1].peers[1]"),
+        ("198.51.100.6", "vnis[1].peers[0]"),
+    ]
+    assert by_vni[100].first_peer().ip == "198.51.100.6"
+    assert [(t.vid, t.path) for t in by_vni[210].trunks] == [(20, "vnis[2].trunks[0]")]
 
 
 # --- Invalid documents: one problem each, at an exact path, naming the rule ------------------------------------

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import schema as schema_words
@@ -56,16 +56,30 @@ class ConfigError(ValueError):
         super().__init__("invalid VTEP configuration:\n" + "\n".join(f"- {p}" for p in problems))
 
 
+# Every item of the model knows where it is in the document (`path`, such as "vnis[2].peers[0]"), so that a
+# problem found after validation (a neighbour that does not answer, a rule of the Linux baseline, a map the kernel
+# refuses) names the entry the user wrote, in the document's own order. The path is not part of an item's value:
+# the same configuration written in another order is the same model. Items built by hand have no path ("").
+
+
 @dataclass(frozen=True)
 class TunnelPort:
     port: str
     local_ip: str
+    path: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class AccessPort:
+    port: str
+    path: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
 class TrunkBinding:
     port: str
     vid: int
+    path: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -73,20 +87,34 @@ class Peer:
     ip: str
     via: str
     mac: str | None  # None: resolve from the neighbour table on the host
+    path: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
 class Vni:
     vni: int
-    access_ports: tuple[str, ...]
+    access_ports: tuple[AccessPort, ...]
     trunks: tuple[TrunkBinding, ...]
     peers: tuple[Peer, ...]
+    path: str = field(default="", compare=False)
+
+    def first_peer(self) -> Peer | None:
+        """The peer listed first in the document (the model sorts peers by via and address)."""
+        return next((p for p in self.peers if p.path == f"{self.path}.peers[0]"), None)
 
 
 @dataclass(frozen=True)
 class VtepConfig:
     tunnel_ports: tuple[TunnelPort, ...]
     vnis: tuple[Vni, ...]
+
+    def ports(self) -> list[str]:
+        """Every port the configuration uses (tunnel, access and trunk), sorted by name, each once."""
+        names = {t.port for t in self.tunnel_ports}
+        for vni in self.vnis:
+            names.update(a.port for a in vni.access_ports)
+            names.update(t.port for t in vni.trunks)
+        return sorted(names)
 
 
 @dataclass(frozen=True)
@@ -511,32 +539,53 @@ def _mtu_problems(tunnels: list, vnis: list, interfaces: dict[str, InterfaceFact
 # --- The model --------------------------------------------------------------------------------------------------
 
 
-def _by_port(item: TunnelPort | TrunkBinding) -> str:
+def _by_port(item: TunnelPort | AccessPort | TrunkBinding) -> str:
     return item.port
 
 
 def _model(document: dict) -> VtepConfig:
-    tunnels = document.get("tunnel_ports", [])
     tunnel_ports = tuple(
-        sorted((TunnelPort(t["port"], str(ipaddress.IPv4Address(t["local_ip"]))) for t in tunnels), key=_by_port)
+        sorted(
+            (
+                TunnelPort(t["port"], str(ipaddress.IPv4Address(t["local_ip"])), f"tunnel_ports[{i}]")
+                for i, t in enumerate(document.get("tunnel_ports", []))
+            ),
+            key=_by_port,
+        )
     )
     vnis = []
-    for entry in document["vnis"]:
+    for i, entry in enumerate(document["vnis"]):
+        path = f"vnis[{i}]"
         peers = sorted(
             (
-                Peer(str(ipaddress.IPv4Address(p["ip"])), p["via"], p["mac"].lower() if "mac" in p else None)
-                for p in entry.get("peers", [])
+                Peer(
+                    str(ipaddress.IPv4Address(p["ip"])),
+                    p["via"],
+                    p["mac"].lower() if "mac" in p else None,
+                    f"{path}.peers[{j}]",
+                )
+                for j, p in enumerate(entry.get("peers", []))
             ),
             key=lambda p: (p.via, ipaddress.IPv4Address(p.ip)),
+        )
+        access_ports = sorted(
+            (AccessPort(name, f"{path}.access_ports[{j}]") for j, name in enumerate(entry.get("access_ports", []))),
+            key=_by_port,
+        )
+        trunks = sorted(
+            (
+                TrunkBinding(t["port"], int(t["vid"]), f"{path}.trunks[{j}]")
+                for j, t in enumerate(entry.get("trunks", []))
+            ),
+            key=_by_port,
         )
         vnis.append(
             Vni(
                 vni=int(entry["vni"]),  # JSON Schema's integer admits 100.0
-                access_ports=tuple(sorted(entry.get("access_ports", []))),
-                trunks=tuple(
-                    sorted((TrunkBinding(t["port"], int(t["vid"])) for t in entry.get("trunks", [])), key=_by_port)
-                ),
+                access_ports=tuple(access_ports),
+                trunks=tuple(trunks),
                 peers=tuple(peers),
+                path=path,
             )
         )
     vnis.sort(key=lambda v: v.vni)
@@ -547,8 +596,8 @@ def validate(document: Any, interfaces: dict[str, InterfaceFacts]) -> VtepConfig
     """Check the document against the schema and then against the rules a schema cannot express (only when the
     schema passed: those rules assume the shape). Pure: the host's interfaces are given, nothing is read.
 
-    Returns the VtepConfig: tuples, VNIs by number, ports by name, peers by (via, ip), MACs in lowercase.
-    Raises ConfigError listing every problem, each "<path>: <rule>"."""
+    Returns the VtepConfig: tuples, VNIs by number, ports by name, peers by (via, ip), MACs in lowercase; each
+    item with its path in the document. Raises ConfigError listing every problem, each "<path>: <rule>"."""
     problems = check_schema(document)
     if not problems:
         problems = semantic_problems(document, interfaces)

@@ -16,9 +16,15 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build a
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import LayoutMismatch
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vm
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import ConfigError, InterfaceFacts, validate
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, words, writer
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
+    ConfigError,
+    InterfaceFacts,
+    VtepConfig,
+    validate,
+)
 
 VTEP_SOURCE = "/var/lib/xdpfleet/src/vtep/vtep.c"
 VTEP_INCLUDE_DIRS = ["/var/lib/xdpfleet/src/include"]
@@ -33,11 +39,11 @@ class VtepError(RuntimeError):
         self.problems = problems or []
 
 
-def host_ports() -> dict[str, vm.Port]:
+def host_ports() -> dict[str, plan.Port]:
     ports = {}
     for name in netdev.list_interfaces():
         facts = netdev.sysfs_facts(name)
-        ports[name] = vm.Port(name, facts["ifindex"], facts["mtu"], facts["mac"] or "00:00:00:00:00:00")
+        ports[name] = plan.Port(name, facts["ifindex"], facts["mtu"], facts["mac"] or "00:00:00:00:00:00")
     return ports
 
 
@@ -47,7 +53,7 @@ def read_counters(paths: xp.InstancePaths) -> dict | None:
     None when the host has no VTEP of that name. Raises VtepError when only some of its maps are pinned, or when
     a map's layout is not the one this collection reads (a VTEP deployed by another version).
     """
-    pins = {name: paths.map_pin(name) for name in vm.MAP_NAMES}
+    pins = {name: paths.map_pin(name) for name in layouts.MAP_NAMES}
     missing = sorted(name for name, pin in pins.items() if not os.path.exists(pin))
     if len(missing) == len(pins):
         return None
@@ -60,10 +66,10 @@ def read_counters(paths: xp.InstancePaths) -> dict | None:
     try:
         for name, pin in pins.items():
             maps[name] = libbpf.PinnedMap(pin)
-            if name in vm.LAYOUTS:
-                vm.LAYOUTS[name].check_pinned(maps[name])
+            if name in layouts.LAYOUTS:
+                layouts.LAYOUTS[name].check_pinned(maps[name])
         names = {port.ifindex: name for name, port in host_ports().items()}
-        return vm.counters(maps, vm.VtepMaps(maps).read(), names)
+        return writer.counters(maps, writer.read(maps), names)
     except LayoutMismatch as exc:
         raise VtepError(
             f"VTEP {paths.name} was deployed by another version of this collection ({exc}): deploy it again with "
@@ -74,34 +80,34 @@ def read_counters(paths: xp.InstancePaths) -> dict | None:
             m.close()
 
 
-def resolve_peer_macs(config, ports: dict[str, vm.Port], timeout: float) -> dict[tuple[int, str], str]:
+def resolve_peer_macs(config: VtepConfig, ports: dict[str, plan.Port], timeout: float) -> dict[tuple[int, str], str]:
+    """The next-hop MAC of every peer given without one, from the host's routes and neighbour table."""
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError, resolve
 
     macs = {}
-    for i, vni in enumerate(config.vnis):
-        for j, peer in enumerate(vni.peers):
+    for vni in config.vnis:
+        for peer in vni.peers:
             if peer.mac:
                 continue
             try:
                 macs[(vni.vni, peer.ip)] = resolve(peer.ip, ports[peer.via].ifindex, timeout)
             except NeighbourError as exc:
-                raise VtepError(f"config.vnis[{i}].peers[{j}].ip: {exc}; give its next-hop mac explicitly") from exc
+                raise VtepError(f"{peer.path}.ip: {exc}; give its next-hop mac explicitly") from exc
     return macs
 
 
-def _prog_tags(prog_ids: set[int]) -> set[str]:
-    tags = set()
-    for prog_id in prog_ids:
-        try:
-            fd = libbpf.prog_fd_by_id(prog_id)
-        except libbpf.LibbpfError:
-            tags.add("gone")
-            continue
-        try:
-            tags.add(libbpf.prog_info(fd).tag)
-        finally:
-            os.close(fd)
-    return tags
+def program_changes(steps: list[xp.Step], header: str) -> Changes:
+    """What the ingress program does on each VTEP port that changes: per port, what ran before and runs after."""
+    out = Changes(header)
+    for s in steps:
+        if s.action != "unchanged":
+            out.add(
+                f"{s.ifname}: {s.action}",
+                key=s.ifname,
+                before=f"{s.ifname}: {s.before}" if s.before else None,
+                after=f"{s.ifname}: {s.after}" if s.action != "detach" else None,
+            )
+    return out
 
 
 def deploy(
@@ -132,57 +138,42 @@ def deploy(
     peer_macs = resolve_peer_macs(config, ports, neighbour_timeout)
     try:
         object_path, _ = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
-        instance = xp.Instance(paths, object_path, "vtep_ingress", mode, {}, tuple(vm.LAYOUTS.values()))
+        instance = xp.Instance(paths, object_path, "vtep_ingress", mode, {}, tuple(layouts.LAYOUTS.values()))
     except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
         raise VtepError(f"loading the VTEP data plane failed, nothing was changed: {exc}") from exc
     names = {port.ifindex: name for name, port in ports.items()}
-    vtep_ports = sorted(
-        {t.port for t in config.tunnel_ports}
-        | {n for v in config.vnis for n in v.access_ports}
-        | {t.port for v in config.vnis for t in v.trunks}
-    )
+    vtep_ports = config.ports()
+    header = f"vtep {paths.name}"
     with instance:
         try:
-            plan = instance.plan(vtep_ports, replace_foreign=False)
+            program = instance.plan(vtep_ports, replace_foreign=False)
         except xp.XdpProgramError as exc:
             raise VtepError(str(exc)) from exc
-        maps = {name: instance.obj.map(name) for name in vm.MAP_NAMES}
+        maps = {name: instance.obj.map(name) for name in layouts.MAP_NAMES}
         egress = instance.obj.program("vtep_egress")
-        current = vm.VtepMaps(maps).read()
         try:
-            desired = vm.compile_desired(config, ports, peer_macs, current)
-        except ValueError as exc:  # the maps have no room for it
+            with writer.update(maps, egress, config, ports, peer_macs, write=not check_mode) as done:
+                changed = program.changed or not done.diff.empty
+                if changed and not check_mode:
+                    instance.apply(program)
+        except plan.DoesNotFit as exc:
             raise VtepError(f"the VTEP configuration does not fit the data plane, nothing was changed: {exc}") from exc
-        difference = vm.diff(current, desired)
-        egress_tag = egress.info().tag
-        difference.rewire_egress = any(tag != egress_tag for tag in _prog_tags(current.egress_prog_ids))
-        changes = vm.words(current, desired, names)
-        changed = plan.changed or not difference.empty
+        except (writer.WriteError, libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
+            raise VtepError(f"applying the VTEP configuration failed, previous state restored: {exc}") from exc
         if changed and not check_mode:
-            with vm.Writer(maps, current, egress.fd) as writer:
-                try:
-                    writer.apply(difference, desired)
-                    instance.apply(plan)
-                except (libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
-                    writer.rollback()
-                    raise VtepError(f"applying the VTEP configuration failed, previous state restored: {exc}") from exc
             record = xp.state_record(instance, vtep_ports, source, object_path, {"include_dirs": include_dirs})
             xp.write_state(paths, {**record, "vtep": document})
-        in_maps = current if check_mode else desired
+        in_maps = done.current if check_mode else done.desired
+        config_changes = words.changes(done.current, done.desired, names, header)
         result = {
             "changed": changed,
-            "changes": changes,
-            "program": {s.ifname: s.action for s in plan.steps},
-            "ansible_facts": {"xdpfleet_vtep": vm.counters(maps, in_maps, names)},
+            "changes": config_changes.steps,
+            "program": {s.ifname: s.action for s in program.steps},
+            "ansible_facts": {"xdpfleet_vtep": writer.counters(maps, in_maps, names)},
         }
         if changed:
-            program_lines = [
-                f"{s.ifname}: {s.action} {s.after or s.before}" for s in plan.steps if s.action != "unchanged"
-            ]
-            result["diff"] = {
-                "before_header": f"vtep {paths.name}",
-                "after_header": f"vtep {paths.name}",
-                "before": "",
-                "after": "\n".join(changes + program_lines) + "\n",
-            }
+            shown = Changes(header)
+            shown.extend(config_changes)
+            shown.extend(program_changes(program.steps, header))
+            result["diff"] = shown.diff()
         return result

@@ -11,8 +11,9 @@ The names fit IFNAMSIZ for every 24-bit VNI (``xbr16777215`` is 11 characters) a
 its own devices; it also records them in a state file. Only the devices it makes are ever created or deleted; access
 ports are enslaved and released, and brought up, never deleted; underlay addresses are checked, never added.
 
-Flow (every step before `apply` only reads): `read_host` -> `check` (the Linux-specific rules on a validated
-VtepConfig) -> `desired` -> `plan` (steps: additions first, then removals) -> `apply`.
+Flow of `deploy` (every step before `apply` only reads): `read_host` -> validate -> `check` (the Linux-specific
+rules on the validated VtepConfig; it gives the desired VNIs) -> `plan` (steps: additions first, then removals) ->
+`apply` -> the state file. `remove` plans and applies the removal of every device the module made.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
 
 try:
@@ -52,11 +54,27 @@ _OWN_NAME = re.compile(rf"^({BRIDGE_PREFIX}|{VXLAN_PREFIX})([1-9][0-9]{{0,7}})$"
 
 
 class LinuxVtepError(Exception):
-    """Refusals (each problem names the field) and netlink failures (naming the device and the operation)."""
+    """A refusal before anything changed (problems: each naming the field), or a netlink failure part-way through
+    a run (changes: that run's steps, those before the failure done)."""
 
-    def __init__(self, problems: list[str] | str):
+    def __init__(self, problems: list[str] | str, msg: str | None = None, changes: list[str] | None = None):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("\n".join(self.problems))
+        self.changes = changes
+        super().__init__(msg or "\n".join(self.problems))
+
+    def result(self) -> dict:
+        """What the failed module reports besides the message."""
+        if self.changes is not None:
+            return {"changed": True, "changes": self.changes}
+        return {"changed": False, "problems": self.problems}
+
+
+class MissingLibrary(Exception):
+    """A Python library the host needs is not installed (the module says how to get it)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(name)
 
 
 def bridge_name(vni: int) -> str:
@@ -214,75 +232,55 @@ def _ip_key(item) -> tuple:
     return (ipaddress.ip_address(ip).version, int(ipaddress.ip_address(ip)))
 
 
-def _doc_index(items, match) -> int:
-    """Index in the document of the first item that `match` accepts (the model is sorted; messages use the
-    document's own order), or -1."""
-    return next((i for i, item in enumerate(items or []) if isinstance(item, dict) and match(item)), -1)
-
-
-def _same_ip(a, b: str) -> bool:
-    try:
-        return ipaddress.ip_address(str(a)) == ipaddress.ip_address(b)
-    except ValueError:
-        return False
-
-
-def check(config: vc.VtepConfig, host: HostState, document: dict) -> list[DesiredVni]:
-    """The rules of the Linux realisation on top of validate(); raises LinuxVtepError listing every problem.
-
-    `document` is the one validate() accepted: field paths are given in its order."""
+def check(config: vc.VtepConfig, host: HostState) -> list[DesiredVni]:
+    """The rules of the Linux realisation on top of validate(); raises LinuxVtepError listing every problem, each
+    naming the item's path in the document."""
     problems: list[str] = []
-    doc_tunnels = document.get("tunnel_ports", [])
-    doc_vnis = document.get("vnis", [])
     tunnels = {t.port: t for t in config.tunnel_ports}
     for t in config.tunnel_ports:
-        i = _doc_index(doc_tunnels, lambda e, t=t: e.get("port") == t.port)
         link = host.links.get(t.port)
         if link is None:
-            problems.append(f"tunnel_ports[{i}].port: no interface {t.port} on this host")
+            problems.append(f"{t.path}.port: no interface {t.port} on this host")
         elif t.local_ip not in host.addresses.get(link.index, set()):
             problems.append(
-                f"tunnel_ports[{i}].local_ip: {t.local_ip} is not an address of {t.port} "
+                f"{t.path}.local_ip: {t.local_ip} is not an address of {t.port} "
                 "(this module does not add underlay addresses: configure them first)"
             )
     desired: list[DesiredVni] = []
     for v in config.vnis:
-        i = _doc_index(doc_vnis, lambda e, v=v: e.get("vni") == v.vni)
-        entry = doc_vnis[i] if i >= 0 else {}
         if v.trunks:
             problems.append(
-                f"vnis[{i}].trunks: the Linux baseline needs bridge VLAN filtering (and 802.1Q) for trunk "
+                f"{v.path}.trunks: the Linux baseline needs bridge VLAN filtering (and 802.1Q) for trunk "
                 "bindings, which it does not configure and this lab's kernel lacks; use access_ports"
             )
-        doc_peers = entry.get("peers", [])
-        first_via = doc_peers[0].get("via") if doc_peers else None
+        first = v.first_peer()
+        first_via = first.via if first else None
         for p in v.peers:
-            j = _doc_index(doc_peers, lambda e, p=p: _same_ip(e.get("ip"), p.ip))
             if p.via not in tunnels:
-                problems.append(f"vnis[{i}].peers[{j}].via: {p.via} is not one of tunnel_ports")
+                problems.append(f"{p.path}.via: {p.via} is not one of tunnel_ports")
             elif p.via != first_via:
                 problems.append(
-                    f"vnis[{i}].peers[{j}].via: {p.via}, but peers[0] is via {first_via}: the Linux baseline has one "
+                    f"{p.path}.via: {p.via}, but peers[0] is via {first_via}: the Linux baseline has one "
                     "vxlan device per VNI with one local address, so all peers of a VNI go via one tunnel port"
                 )
-        for port in v.access_ports:
-            j = _doc_index([{"n": n} for n in entry.get("access_ports", [])], lambda e, port=port: e["n"] == port)
+        for access in v.access_ports:
+            port = access.port
             link = host.links.get(port)
             if link is None:
-                problems.append(f"vnis[{i}].access_ports[{j}]: no interface {port} on this host")
+                problems.append(f"{access.path}: no interface {port} on this host")
                 continue
             if own_device(port, link.kind) is not None:
-                problems.append(f"vnis[{i}].access_ports[{j}]: {port} is a device this module makes")
+                problems.append(f"{access.path}: {port} is a device this module makes")
             master = host.by_index(link.master) if link.master else None
             if master is not None and own_device(master.name, master.kind) is None:
                 problems.append(
-                    f"vnis[{i}].access_ports[{j}]: {port} is already a port of {master.name} "
+                    f"{access.path}: {port} is already a port of {master.name} "
                     f"({master.kind or 'unknown kind'}), which this module did not make"
                 )
         for name, kind in ((bridge_name(v.vni), "bridge"), (vxlan_name(v.vni), "vxlan")):
             link = host.links.get(name)
             if link is not None and link.kind != kind:
-                problems.append(f"vnis[{i}].vni: a device named {name} exists and is not a {kind}; remove or rename it")
+                problems.append(f"{v.path}.vni: a device named {name} exists and is not a {kind}; remove or rename it")
         if not config.tunnel_ports:
             continue
         tunnel = tunnels.get(first_via, config.tunnel_ports[0])
@@ -293,12 +291,13 @@ def check(config: vc.VtepConfig, host: HostState, document: dict) -> list[Desire
                 tunnel_port=tunnel.port,
                 local_ip=tunnel.local_ip,
                 mtu=(tunnel_link.mtu - vc.VXLAN_OVERHEAD) if tunnel_link else 0,
-                access_ports=tuple(v.access_ports),
+                access_ports=tuple(a.port for a in v.access_ports),
                 peers=tuple((p.ip, p.via) for p in v.peers),
             )
         )
     if problems:
-        raise LinuxVtepError(problems)
+        message = "invalid VTEP configuration for the Linux baseline:\n" + "\n".join(f"- {x}" for x in problems)
+        raise LinuxVtepError(problems, msg=message)
     return desired
 
 
@@ -309,13 +308,27 @@ def check(config: vc.VtepConfig, host: HostState, document: dict) -> list[Desire
 @dataclass
 class Step:
     vni: int
-    text: str  # what a network engineer reads in --diff, after "VNI <n>: "
+    text: str  # what a network engineer reads in `changes`, after "VNI <n>: "
     op: str
     args: dict = field(default_factory=dict)
+    before: str | None = None  # the item before the step, for --diff (None: it was not there)
+    after: str | None = None  # the item after the step (None: it is gone)
 
     @property
     def line(self) -> str:
         return f"VNI {self.vni}: {self.text}"
+
+
+def _added(vni: int, item: str, op: str, args: dict | None = None, text: str | None = None) -> Step:
+    return Step(vni, text or f"+ {item}", op, args or {}, after=item)
+
+
+def _removed(vni: int, item: str, op: str, args: dict | None = None, note: str = "") -> Step:
+    return Step(vni, f"- {item}{note}", op, args or {}, before=item)
+
+
+def _changed(vni: int, item: str, now: str, new: str, op: str, args: dict | None = None) -> Step:
+    return Step(vni, f"~ {item} {now} -> {new}", op, args or {}, before=f"{item} {now}", after=f"{item} {new}")
 
 
 def _vxlan_text(d: DesiredVni) -> str:
@@ -352,41 +365,57 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
         bridge = host.links.get(d.bridge)
         vx = host.links.get(d.vxlan)
         if bridge is None:
-            adds.append(Step(d.vni, f"+ bridge {d.bridge}", "bridge_add", {"name": d.bridge}))
+            adds.append(_added(d.vni, f"bridge {d.bridge}", "bridge_add", {"name": d.bridge}))
         else:
             if bridge.mcast_snooping:
-                adds.append(Step(d.vni, f"~ bridge {d.bridge} multicast snooping on -> off", "bridge_set", {}))
+                adds.append(_changed(d.vni, f"bridge {d.bridge} multicast snooping", "on", "off", "bridge_set"))
             if not bridge.up:
-                adds.append(Step(d.vni, f"~ bridge {d.bridge} down -> up", "up", {"name": d.bridge}))
+                adds.append(_changed(d.vni, f"bridge {d.bridge}", "down", "up", "up", {"name": d.bridge}))
         vx_args = {"name": d.vxlan, "vni": d.vni, "local": d.local_ip, "link": d.tunnel_port, "mtu": d.mtu}
         current_remotes: set[Remote] = set()
         recreate = False
         if vx is None:
-            adds.append(Step(d.vni, f"+ vxlan {d.vxlan} ({_vxlan_text(d)})", "vxlan_add", vx_args))
+            adds.append(_added(d.vni, f"vxlan {d.vxlan} ({_vxlan_text(d)})", "vxlan_add", vx_args))
         else:
             recreate, changes = _vxlan_changes(d, vx, host)
             if recreate:
                 what = ", ".join(f"{a} {now} -> {new}" for a, now, new in changes)
                 text = f"~ vxlan {d.vxlan} re-created ({what}; these cannot change in place): {_vxlan_text(d)}"
-                adds.append(Step(d.vni, text, "vxlan_recreate", vx_args))
+                was = ", ".join(f"{a} {now}" for a, now, _ in changes)
+                adds.append(
+                    Step(
+                        d.vni,
+                        text,
+                        "vxlan_recreate",
+                        vx_args,
+                        before=f"vxlan {d.vxlan} ({was})",
+                        after=f"vxlan {d.vxlan} ({_vxlan_text(d)})",
+                    )
+                )
             else:
                 current_remotes = host.remotes.get(vx.index, set())
                 for n, (attr, now, new) in enumerate(changes):  # one netlink change sets them all
                     op = "vxlan_set" if n == 0 else "noop"
-                    adds.append(Step(d.vni, f"~ vxlan {d.vxlan} {attr} {now} -> {new}", op, vx_args))
+                    adds.append(_changed(d.vni, f"vxlan {d.vxlan} {attr}", now, new, op, vx_args))
                 if not vx.up:
-                    adds.append(Step(d.vni, f"~ vxlan {d.vxlan} down -> up", "up", {"name": d.vxlan}))
+                    adds.append(_changed(d.vni, f"vxlan {d.vxlan}", "down", "up", "up", {"name": d.vxlan}))
         if vx is None or recreate or vx.master != (bridge.index if bridge else -1):
             adds.append(
-                Step(d.vni, f"+ vxlan {d.vxlan} into bridge {d.bridge}", "enslave", {"port": d.vxlan, "vni": d.vni})
+                _added(
+                    d.vni,
+                    f"vxlan {d.vxlan} in bridge {d.bridge}",
+                    "enslave",
+                    {"port": d.vxlan, "vni": d.vni},
+                    text=f"+ vxlan {d.vxlan} into bridge {d.bridge}",
+                )
             )
         # access ports
         for port in d.access_ports:
             link = host.links[port]
             if bridge is None or link.master != bridge.index:
-                adds.append(Step(d.vni, f"+ access port {port}", "enslave", {"port": port, "vni": d.vni}))
+                adds.append(_added(d.vni, f"access port {port}", "enslave", {"port": port, "vni": d.vni}))
             elif not link.up:
-                adds.append(Step(d.vni, f"~ access port {port} down -> up", "up", {"name": port}))
+                adds.append(_changed(d.vni, f"access port {port}", "down", "up", "up", {"name": port}))
         if bridge is not None:
             for link in host.ports_of(bridge):
                 if link.name != d.vxlan and link.name not in d.access_ports:
@@ -394,16 +423,19 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
                         continue  # a stray own vxlan under its own bridge is handled above
                     moved = next((o.vni for o in desired if link.name in o.access_ports), None)
                     if moved is None:
-                        removes.append(Step(d.vni, f"- access port {link.name}", "release", {"port": link.name}))
+                        removes.append(_removed(d.vni, f"access port {link.name}", "release", {"port": link.name}))
                     else:  # enslaving it to its new bridge (an addition) moves it
-                        removes.append(Step(d.vni, f"- access port {link.name} (moved to VNI {moved})", "noop"))
+                        removes.append(
+                            _removed(d.vni, f"access port {link.name}", "noop", note=f" (moved to VNI {moved})")
+                        )
         # peers
         for ip, via in d.peers:
             if not any(_remote_matches(r, ip, tunnel.index, d.vni) for r in current_remotes):
-                adds.append(Step(d.vni, f"+ peer {ip} via {via}", "peer_add", {"vxlan": d.vxlan, "ip": ip, "via": via}))
+                args = {"vxlan": d.vxlan, "ip": ip, "via": via}
+                adds.append(_added(d.vni, f"peer {ip} via {via}", "peer_add", args))
         for r in sorted(current_remotes, key=lambda r: (r.dst, r.ifindex)):
             if not any(_remote_matches(r, ip, tunnel.index, d.vni) for ip, _ in d.peers):
-                removes.append(Step(d.vni, f"- peer {_remote_text(r, host)}", "peer_del", {"vxlan": d.vxlan, "r": r}))
+                removes.append(_removed(d.vni, f"peer {_remote_text(r, host)}", "peer_del", {"vxlan": d.vxlan, "r": r}))
     # VNIs this module made that the document no longer has
     stale: dict[int, dict[str, Link]] = {}
     for link in host.links.values():
@@ -414,17 +446,17 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
         devices = stale[vni]
         if "vxlan" in devices:
             for r in sorted(host.remotes.get(devices["vxlan"].index, set()), key=lambda r: (r.dst, r.ifindex)):
-                removes.append(Step(vni, f"- peer {_remote_text(r, host)}", "noop"))
+                removes.append(_removed(vni, f"peer {_remote_text(r, host)}", "noop"))
         if "bridge" in devices:
             for link in host.ports_of(devices["bridge"]):
                 if own_device(link.name, link.kind) is None:
                     moved = next((o.vni for o in desired if link.name in o.access_ports), None)
                     where = f" (moved to VNI {moved})" if moved is not None else ""
-                    removes.append(Step(vni, f"- access port {link.name}{where}", "noop"))
-        if "vxlan" in devices:
-            removes.append(Step(vni, f"- vxlan {devices['vxlan'].name}", "delete", {"name": devices["vxlan"].name}))
-        if "bridge" in devices:
-            removes.append(Step(vni, f"- bridge {devices['bridge'].name}", "delete", {"name": devices["bridge"].name}))
+                    removes.append(_removed(vni, f"access port {link.name}", "noop", note=where))
+        for kind in ("vxlan", "bridge"):
+            if kind in devices:
+                name = devices[kind].name
+                removes.append(_removed(vni, f"{kind} {name}", "delete", {"name": name}))
     return adds + removes
 
 
@@ -537,15 +569,21 @@ def _run_step(ipr, step: Step) -> None:
         raise ValueError(f"unknown step {step.op}")
 
 
+def _failure(step: Step, exc: Exception) -> str:
+    if isinstance(exc, NetlinkError):
+        code = exc.code if hasattr(exc, "code") else exc.args[0]
+        return f"{step.line}: netlink failed: {os.strerror(code) if isinstance(code, int) else exc}"
+    return str(exc)
+
+
 def apply(ipr, steps: list[Step]) -> None:
+    """Run the steps in order; the first failure stops them (the steps before it stay done) and raises
+    LinuxVtepError with every step of the run."""
     for step in steps:
         try:
             _run_step(ipr, step)
-        except NetlinkError as exc:
-            code = exc.code if hasattr(exc, "code") else exc.args[0]
-            raise LinuxVtepError(
-                f"{step.line}: netlink failed: {os.strerror(code) if isinstance(code, int) else exc}"
-            ) from None
+        except (NetlinkError, LinuxVtepError) as exc:
+            raise LinuxVtepError(_failure(step, exc), changes=[s.line for s in steps]) from None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -601,9 +639,59 @@ def remove_state(state_dir: str) -> bool:
         return False
 
 
-def absent_plan(host: HostState) -> list[Step]:
-    """Steps that remove every device this module made (recognised by name and kind), and only those."""
-    return plan([], host)
+# --------------------------------------------------------------------------------------------------------------
+# The module's two entry points
+
+
+def changes(steps: list[Step]) -> Changes:
+    """The steps as the module reports them: one line each, and the items before and after for --diff."""
+    out = Changes("linux_vtep")
+    for s in steps:
+        out.add(
+            s.line,
+            before=None if s.before is None else f"VNI {s.vni}: {s.before}",
+            after=None if s.after is None else f"VNI {s.vni}: {s.after}",
+        )
+    return out
+
+
+def deploy(ipr, document, state_dir: str, check_mode: bool) -> dict:
+    """Make the host match `document` (state=present): validate, check, plan, apply (not in check mode) and record
+    the devices. Returns the module result: changed, changes, diff, vnis (what the host has afterwards; in check
+    mode, what it would have) and state_file.
+
+    Raises MissingLibrary, or LinuxVtepError: a refusal before anything changed, or a failure part-way."""
+    host = read_host(ipr)
+    try:
+        config = vc.validate(document, host.interface_facts())
+    except vc.ConfigError as exc:
+        raise LinuxVtepError(exc.problems, msg=str(exc)) from None
+    except ImportError:
+        raise MissingLibrary("jsonschema") from None
+    desired = check(config, host)
+    steps = plan(desired, host)
+    if steps and not check_mode:
+        apply(ipr, steps)
+        host = read_host(ipr)
+    if check_mode:
+        vnis = {str(d.vni): d.report() for d in desired}
+    else:
+        vnis = report(host)
+        record = {str(d.vni): d.record() for d in desired}
+        if read_state(state_dir).get("vnis") != record:
+            write_state(state_dir, record)
+    return {**changes(steps).result(), "vnis": vnis, "state_file": state_path(state_dir)}
+
+
+def remove(ipr, state_dir: str, check_mode: bool) -> dict:
+    """Remove every device this module made, recognised by name and kind, and only those, and its state file
+    (state=absent). Returns the module result as deploy() does. Raises LinuxVtepError on a failure part-way."""
+    steps = plan([], read_host(ipr))
+    if not check_mode:
+        if steps:
+            apply(ipr, steps)
+        remove_state(state_dir)
+    return {**changes(steps).result(), "vnis": {}, "state_file": state_path(state_dir)}
 
 
 def open_ipr():

@@ -1,0 +1,177 @@
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+"""The VTEP's maps as the data plane declares them (bpf/vtep/vtep.h): the constants both sides use, the key and
+value layouts (ctypes, checked against the object's BTF before anything is written), which maps hold the
+configuration, and how values are encoded (addresses in network order, member keys of remote peers).
+
+Nothing here reads or writes a map: plan.py compiles contents in these layouts, writer.py writes them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import socket
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VTEP_MAX_MEMBERS
+
+# --- Constants shared with bpf/vtep/vtep.h ----------------------------------------------------------------------
+
+PORT_ACCESS, PORT_TRUNK, PORT_TUNNEL = 1, 2, 3
+PORT_KINDS = {PORT_ACCESS: "access", PORT_TRUNK: "trunk", PORT_TUNNEL: "tunnel"}
+VTEP_SMALL_GROUP = 16  # bpf/vtep/vtep.h; the other limits come with the configuration's rules
+PEER_MEMBER_BIT = 1 << 31
+DROP_REASONS = (
+    "malformed",
+    "untagged",
+    "vid_reserved",
+    "vid_unknown",
+    "qinq",
+    "not_admitted",
+    "not_peer",
+    "no_group",
+    "vid_mismatch",
+    "mtu",
+    "no_peer",
+    "not_member",
+    "bad_command",
+    "split_horizon",
+)
+BPF_MAP_TYPE_DEVMAP_HASH = 25
+
+
+def peer_member_key(ifindex: int, copy: int) -> int:
+    """The devmap key of a remote peer's entry: one entry per copy a tunnel port sends of each frame."""
+    return PEER_MEMBER_BIT | (ifindex << 16) | copy
+
+
+# --- Key and value layouts --------------------------------------------------------------------------------------
+
+
+class PortConfig(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_uint32),
+        ("vni", ctypes.c_uint32),
+        ("local_ip", ctypes.c_uint32),  # network order
+        ("mtu", ctypes.c_uint16),
+        ("mac", ctypes.c_uint8 * 6),
+        ("slot", ctypes.c_uint16),
+        ("vni_slot", ctypes.c_uint16),
+    ]
+
+
+class VniRef(ctypes.Structure):
+    _fields_ = [("vni", ctypes.c_uint32), ("vni_slot", ctypes.c_uint32)]
+
+
+class VlanKey(ctypes.Structure):
+    _fields_ = [("ifindex", ctypes.c_uint32), ("vid", ctypes.c_uint16), ("pad", ctypes.c_uint16)]
+
+
+class PortVniKey(ctypes.Structure):
+    _fields_ = [("vni", ctypes.c_uint32), ("ifindex", ctypes.c_uint32)]
+
+
+class PortVni(ctypes.Structure):
+    _fields_ = [
+        ("vid", ctypes.c_uint16),
+        ("vni_slot", ctypes.c_uint16),
+        ("peers", ctypes.c_uint16),
+        ("pad", ctypes.c_uint16),
+        ("first_peer", ctypes.c_uint32),
+    ]
+
+
+class PeerValue(ctypes.Structure):
+    _fields_ = [("remote_ip", ctypes.c_uint32), ("mac", ctypes.c_uint8 * 6), ("pad", ctypes.c_uint16)]
+
+
+class VniTunnel(ctypes.Structure):
+    _fields_ = [
+        ("vni", ctypes.c_uint32),
+        ("ifindex", ctypes.c_uint32),
+        ("first_peer", ctypes.c_uint32),
+        ("peers", ctypes.c_uint32),
+    ]
+
+
+class PeerAddrKey(ctypes.Structure):
+    _fields_ = [("vni", ctypes.c_uint32), ("addr", ctypes.c_uint32)]
+
+
+class TrafficStats(ctypes.Structure):
+    _fields_ = [
+        ("rx_packets", ctypes.c_uint64),
+        ("rx_bytes", ctypes.c_uint64),
+        ("tx_packets", ctypes.c_uint64),
+        ("tx_bytes", ctypes.c_uint64),
+        ("drops", ctypes.c_uint64 * len(DROP_REASONS)),
+    ]
+
+
+class DevmapVal(ctypes.Structure):
+    """struct bpf_devmap_val: the kernel takes a program fd on update and returns its id on lookup."""
+
+    _fields_ = [("ifindex", ctypes.c_uint32), ("prog", ctypes.c_uint32)]
+
+
+LAYOUTS = {
+    layout.map_name: layout
+    for layout in (
+        MapLayout("port_config", ctypes.c_uint32, PortConfig),
+        MapLayout("vlan_bindings", VlanKey, VniRef),
+        MapLayout("port_vnis", PortVniKey, PortVni),
+        MapLayout("tunnel_peers", ctypes.c_uint32, PeerValue),
+        MapLayout("vni_tunnels", ctypes.c_uint32, VniTunnel),
+        MapLayout("peer_admission", PeerAddrKey, ctypes.c_uint32),
+        MapLayout("vni_stats", ctypes.c_uint32, TrafficStats),
+        MapLayout("port_stats", ctypes.c_uint32, TrafficStats),
+    )
+}
+
+# --- Which maps hold what ---------------------------------------------------------------------------------------
+
+# In the order they are written: a row of peers is in tunnel_peers before port_vnis and vni_tunnels point at it.
+CONFIG_MAPS = ("port_config", "vlan_bindings", "tunnel_peers", "port_vnis", "vni_tunnels", "peer_admission")
+# Arrays among them: every index exists, an all-zero value is an absent entry and removing one writes zeros.
+ARRAY_MAPS = ("port_config", "tunnel_peers", "vni_tunnels")
+# HASH_OF_MAPS: VNI -> DEVMAP_HASH of members (sizes only, no BTF). "flood" groups serve frames from local ports,
+# "local" groups (local members only: split horizon) decapsulated ones. Broadcast walks every bucket of a group,
+# so groups of up to VTEP_SMALL_GROUP members live in the small maps.
+GROUP_MAPS = {
+    ("flood", "small"): "vni_flood",
+    ("flood", "large"): "vni_flood_large",
+    ("local", "small"): "vni_local",
+    ("local", "large"): "vni_local_large",
+}
+GROUP_CAPACITY = {"small": VTEP_SMALL_GROUP, "large": VTEP_MAX_MEMBERS}
+MAP_NAMES = (*LAYOUTS, *GROUP_MAPS.values())
+
+
+def group_class(members: dict) -> str:
+    """The group maps a group of this many members lives in."""
+    return "small" if len(members) <= VTEP_SMALL_GROUP else "large"
+
+
+# --- Encodings --------------------------------------------------------------------------------------------------
+
+
+def ip_be(address: str) -> int:
+    """An IPv4 address as the u32 whose bytes in memory are in network order."""
+    return int.from_bytes(socket.inet_aton(address), "little")
+
+
+def ip_str(value: int) -> str:
+    return socket.inet_ntoa(value.to_bytes(4, "little"))
+
+
+def mac_bytes(mac: str) -> bytes:
+    return bytes(int(part, 16) for part in mac.split(":"))
+
+
+def mac_str(raw) -> str:
+    return ":".join(f"{b:02x}" for b in bytes(raw))
+
+
+def u32(value: int) -> bytes:
+    return value.to_bytes(4, "little")

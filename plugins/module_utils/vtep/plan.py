@@ -1,0 +1,290 @@
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+"""What the VTEP's maps should hold and what must change to get there: pure data, no kernel.
+
+Following a VNI from the inventory: config.validate() gives Vni(vni=100, access_ports=(AccessPort("acc100"),),
+...); compile_desired() turns it into port_vnis[{100, ifindex(acc100)}], the flood group of VNI 100 =
+{ifindex(acc100): ...} and so on; diff() compares that with what the maps hold now (writer.read()) and gives every
+entry and group member to write or remove, among them the members that must move onto a new egress program.
+writer.py writes the difference, words.py says it.
+
+Every compiled entry and member remembers the document path of the item it comes from (MapContents.origins), so
+that a write the kernel refuses names that item.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
+    VTEP_MAX_PEERS,
+    VTEP_MAX_PORTS,
+    VTEP_MAX_VNIS,
+    VtepConfig,
+)
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
+    CONFIG_MAPS,
+    PORT_ACCESS,
+    PORT_TRUNK,
+    PORT_TUNNEL,
+    PeerAddrKey,
+    PeerValue,
+    PortConfig,
+    PortVni,
+    PortVniKey,
+    VlanKey,
+    VniRef,
+    VniTunnel,
+    group_class,
+    ip_be,
+    mac_bytes,
+    peer_member_key,
+)
+
+
+class DoesNotFit(ValueError):
+    """The configuration needs more room than the data plane's maps have; raised before anything is written."""
+
+
+@dataclass(frozen=True)
+class Port:
+    """A host interface as the VTEP uses it."""
+
+    name: str
+    ifindex: int
+    mtu: int
+    mac: str
+
+
+@dataclass
+class MapContents:
+    """What a VTEP's maps hold (or should hold).
+
+    entries: config map name -> {key bytes: value bytes}; groups: "flood"/"local" -> {vni: {member key: ifindex}};
+    where: (group kind, vni) -> "small"/"large", the map a group lives in; egress_tags: the tags of the egress
+    programs the members run (of the loaded one, in desired contents); origins: the document path each entry and
+    member comes from, keyed (map name, key bytes), (group kind, vni) and (group kind, vni, member key).
+    """
+
+    entries: dict[str, dict[bytes, bytes]] = field(default_factory=lambda: {name: {} for name in CONFIG_MAPS})
+    groups: dict[str, dict[int, dict[int, int]]] = field(default_factory=lambda: {"flood": {}, "local": {}})
+    where: dict[tuple[str, int], str] = field(default_factory=dict)
+    egress_tags: set[str] = field(default_factory=set)
+    origins: dict[tuple, str] = field(default_factory=dict)
+
+    def port_slots(self) -> dict[int, int]:
+        return {
+            int.from_bytes(k, "little"): PortConfig.from_buffer_copy(v).slot
+            for k, v in self.entries["port_config"].items()
+        }
+
+    def vni_slots(self) -> dict[int, int]:
+        return {
+            PortVniKey.from_buffer_copy(k).vni: PortVni.from_buffer_copy(v).vni_slot
+            for k, v in self.entries["port_vnis"].items()
+        }
+
+    def peer_rows(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(vni, tunnel port ifindex) -> (first_peer, peers): where a VNI's peers behind a port are in tunnel_peers."""
+        rows = {}
+        for k, v in self.entries["port_vnis"].items():
+            value = PortVni.from_buffer_copy(v)
+            if value.peers:
+                key = PortVniKey.from_buffer_copy(k)
+                rows[(key.vni, key.ifindex)] = (value.first_peer, value.peers)
+        return rows
+
+
+def assign_slots(wanted, current: dict[int, int], capacity: int) -> dict[int, int]:
+    """Slots for the wanted keys: the ones they have now, the smallest free ones for newcomers."""
+    slots = {key: slot for key, slot in current.items() if key in wanted}
+    free = iter(sorted(set(range(capacity)) - set(slots.values())))
+    for key in sorted(wanted):
+        if key not in slots:
+            slots[key] = next(free)
+    return slots
+
+
+def _free_run(taken: set[int], count: int, start: int, capacity: int) -> int | None:
+    """The first index from start on where count indexes in a row are free."""
+    run = 0
+    for index in range(start, capacity):
+        run = 0 if index in taken else run + 1
+        if run == count:
+            return index - count + 1
+    return None
+
+
+def place_rows(wanted: dict, current: dict[tuple, tuple[int, int]], capacity: int, paths: dict) -> dict:
+    """The first tunnel_peers index of each wanted row ((vni, ifindex) -> number of peers). A row stays where it
+    is when it shrinks or keeps its size, or grows into free indexes; otherwise it moves to indexes that no current
+    row uses, so the peers it moves to are written before port_vnis points at them and the old ones still serve
+    until then. paths: row -> the document path that lists its peers, for DoesNotFit's message."""
+    taken: set[int] = set()
+    for first, count in current.values():
+        taken.update(range(first, first + count))
+    placed = {}
+    for row, count in sorted(wanted.items()):
+        if row in current:
+            first, had = current[row]
+            if count <= had or taken.isdisjoint(range(first + had, first + count)):
+                placed[row] = first
+                taken.update(range(first, first + count))
+    hint = 0  # where the last new row ended: new rows mostly go one after another
+    for row, count in sorted(wanted.items()):
+        if row in placed:
+            continue
+        first = _free_run(taken, count, hint, capacity)
+        if first is None:
+            first = _free_run(taken, count, 0, capacity)
+        if first is None:
+            raise DoesNotFit(
+                f"{paths[row]}: no room for {count} more peers of VNI {row[0]} in tunnel_peers, the data plane's "
+                f"limit of {capacity} (VTEP_MAX_PEERS)"
+            )
+        placed[row] = first
+        taken.update(range(first, first + count))
+        hint = first + count
+    return placed
+
+
+def compile_desired(
+    config: VtepConfig,
+    ports: dict[str, Port],
+    peer_macs: dict[tuple[int, str], str],
+    current: MapContents,
+    egress_tag: str,
+) -> MapContents:
+    """The map contents that realise a configuration, with every member on the egress program `egress_tag`.
+    peer_macs: (vni, peer ip) -> next-hop MAC, for peers without one. Ports and VNIs keep the counter slots they
+    have in `current`, and rows of peers their place where they can. Raises DoesNotFit."""
+    out = MapContents(egress_tags={egress_tag})
+    port_slot = assign_slots({ports[n].ifindex for n in config.ports()}, current.port_slots(), VTEP_MAX_PORTS)
+    vni_slot = assign_slots({v.vni for v in config.vnis}, current.vni_slots(), VTEP_MAX_VNIS)
+
+    def put(map_name: str, key, value, origin: str) -> None:
+        out.entries[map_name][bytes(key)] = bytes(value)
+        out.origins[(map_name, bytes(key))] = origin
+
+    def member(kinds, vni: int, key: int, ifindex: int, origin: str) -> None:
+        for kind in kinds:
+            out.groups[kind][vni][key] = ifindex
+            out.origins[(kind, vni, key)] = origin
+
+    def port_config(port: Port, **fields) -> PortConfig:
+        return PortConfig(mtu=port.mtu, slot=port_slot[port.ifindex], **fields)
+
+    rows: dict[tuple[int, int], list[tuple[PeerValue, str]]] = {}  # (vni, tunnel ifindex) -> (peer, path), by copy
+    row_paths: dict[tuple[int, int], str] = {}
+    for tunnel in config.tunnel_ports:
+        port = ports[tunnel.port]
+        mac = (ctypes.c_uint8 * 6)(*mac_bytes(port.mac))
+        put(
+            "port_config",
+            ctypes.c_uint32(port.ifindex),
+            port_config(port, kind=PORT_TUNNEL, local_ip=ip_be(tunnel.local_ip), mac=mac),
+            tunnel.path,
+        )
+    for vni in config.vnis:
+        slot = vni_slot[vni.vni]
+        for kind in ("flood", "local"):
+            out.groups[kind][vni.vni] = {}
+            out.origins[(kind, vni.vni)] = vni.path
+        for access in vni.access_ports:
+            port = ports[access.port]
+            put(
+                "port_config",
+                ctypes.c_uint32(port.ifindex),
+                port_config(port, kind=PORT_ACCESS, vni=vni.vni, vni_slot=slot),
+                access.path,
+            )
+            put("port_vnis", PortVniKey(vni.vni, port.ifindex), PortVni(vni_slot=slot), access.path)
+            member(("flood", "local"), vni.vni, port.ifindex, port.ifindex, access.path)
+        for trunk in vni.trunks:
+            port = ports[trunk.port]
+            put("port_config", ctypes.c_uint32(port.ifindex), port_config(port, kind=PORT_TRUNK), trunk.path)
+            put("vlan_bindings", VlanKey(port.ifindex, trunk.vid), VniRef(vni.vni, slot), trunk.path)
+            put("port_vnis", PortVniKey(vni.vni, port.ifindex), PortVni(vid=trunk.vid, vni_slot=slot), trunk.path)
+            member(("flood", "local"), vni.vni, port.ifindex, port.ifindex, trunk.path)
+        copies: dict[str, int] = {}
+        for peer in vni.peers:  # validated order: by (via, ip), so copy numbers are stable between runs
+            port = ports[peer.via]
+            copy = copies.get(peer.via, 0)
+            copies[peer.via] = copy + 1
+            mac = peer.mac or peer_macs[(vni.vni, peer.ip)]
+            value = PeerValue(remote_ip=ip_be(peer.ip), mac=(ctypes.c_uint8 * 6)(*mac_bytes(mac)))
+            rows.setdefault((vni.vni, port.ifindex), []).append((value, peer.path))
+            row_paths[(vni.vni, port.ifindex)] = f"{vni.path}.peers"
+            put("peer_admission", PeerAddrKey(vni.vni, ip_be(peer.ip)), ctypes.c_uint32(1), peer.path)
+            member(("flood",), vni.vni, peer_member_key(port.ifindex, copy), port.ifindex, peer.path)
+        if not out.groups["local"][vni.vni]:
+            del out.groups["local"][vni.vni]
+    wanted = {row: len(peers) for row, peers in rows.items()}
+    first = place_rows(wanted, current.peer_rows(), VTEP_MAX_PEERS, row_paths)
+    for (vni, ifindex), peers in sorted(rows.items()):
+        for copy, (value, path) in enumerate(peers):
+            put("tunnel_peers", ctypes.c_uint32(first[(vni, ifindex)] + copy), value, path)
+        # Also admits the VNI on the port.
+        row = PortVni(vni_slot=vni_slot[vni], peers=len(peers), first_peer=first[(vni, ifindex)])
+        put("port_vnis", PortVniKey(vni, ifindex), row, row_paths[(vni, ifindex)])
+        key = ctypes.c_uint32(vni_slot[vni])
+        if bytes(key) not in out.entries["vni_tunnels"]:  # sorted: the VNI's first tunnel port
+            put("vni_tunnels", key, VniTunnel(vni, ifindex, row.first_peer, row.peers), row_paths[(vni, ifindex)])
+    return out
+
+
+@dataclass
+class GroupChange:
+    kind: str  # flood or local
+    vni: int
+    size: str  # the map class the group lives in after the change
+    adds: dict[int, int]  # member key -> ifindex (all members when the group is new, moves or changes program)
+    removes: list[int]
+    moved_from: str | None = None  # the class it leaves, when its member count crossed VTEP_SMALL_GROUP
+
+
+@dataclass
+class MapDiff:
+    """Everything to write and remove to go from the current contents to the desired ones."""
+
+    upserts: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    deletes: dict[str, list[bytes]] = field(default_factory=dict)
+    groups: list[GroupChange] = field(default_factory=list)
+    groups_removed: list[tuple[str, int, str]] = field(default_factory=list)  # (kind, vni, size)
+    fresh_port_slots: list[int] = field(default_factory=list)
+    fresh_vni_slots: list[int] = field(default_factory=list)
+    origins: dict[tuple, str] = field(default_factory=dict)  # the desired contents' origins
+
+    @property
+    def empty(self) -> bool:
+        return not (any(self.upserts.values()) or any(self.deletes.values()) or self.groups or self.groups_removed)
+
+
+def diff(current: MapContents, desired: MapContents) -> MapDiff:
+    """The one difference between two contents. When any member runs another egress program than the desired one,
+    every member of every group is written again: all entries that send to one device must carry the same egress
+    program (the kernel runs the first queued frame's program for the whole flush)."""
+    d = MapDiff(origins=desired.origins)
+    for name, want in desired.entries.items():
+        have = current.entries.get(name, {})
+        d.upserts[name] = {k: v for k, v in want.items() if have.get(k) != v}
+        d.deletes[name] = [k for k in have if k not in want]
+    rewire = bool(current.egress_tags - desired.egress_tags)
+    for kind, want_groups in desired.groups.items():
+        have_groups = current.groups[kind]
+        for vni, members in want_groups.items():
+            size = group_class(members)
+            have = have_groups.get(vni)
+            was = current.where.get((kind, vni))
+            if have is None or was != size:
+                d.groups.append(GroupChange(kind, vni, size, dict(members), [], moved_from=was))
+                continue
+            adds = dict(members) if rewire else {k: v for k, v in members.items() if have.get(k) != v}
+            removes = [k for k in have if k not in members]
+            if adds or removes:
+                d.groups.append(GroupChange(kind, vni, size, adds, removes))
+        d.groups_removed += [(kind, vni, current.where[(kind, vni)]) for vni in have_groups if vni not in want_groups]
+    d.fresh_port_slots = sorted(set(desired.port_slots().values()) - set(current.port_slots().values()))
+    d.fresh_vni_slots = sorted(set(desired.vni_slots().values()) - set(current.vni_slots().values()))
+    return d

@@ -1,0 +1,274 @@
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+"""The VTEP's maps in the kernel: what they hold (read), writing a plan's difference to them make-before-break
+with a way back (Writer), the one way a configuration gets into them (update), and the counters.
+
+update() is used by the vtep module (through deploy.py), by the kernel tests and by the benchmark alike: read what
+the maps hold, compile what the configuration needs, diff the two, write the difference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import plan
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
+    ARRAY_MAPS,
+    BPF_MAP_TYPE_DEVMAP_HASH,
+    CONFIG_MAPS,
+    DROP_REASONS,
+    GROUP_CAPACITY,
+    GROUP_MAPS,
+    LAYOUTS,
+    DevmapVal,
+    TrafficStats,
+    u32,
+)
+
+
+class WriteError(RuntimeError):
+    """The kernel refused a write; the message names the document item the entry comes from. Raised after the
+    writes made so far were undone."""
+
+
+def _inner(group_ref: bytes) -> libbpf.Map:
+    """A member group by the id the outer map returns; the caller closes its fd."""
+    return libbpf.Map.from_fd(libbpf.map_fd_by_id(int.from_bytes(group_ref, "little")))
+
+
+def _prog_tags(prog_ids: set[int]) -> set[str]:
+    """The tags of programs by id; "gone" for one that no longer exists."""
+    tags = set()
+    for prog_id in prog_ids:
+        try:
+            fd = libbpf.prog_fd_by_id(prog_id)
+        except libbpf.LibbpfError:
+            tags.add("gone")
+            continue
+        try:
+            tags.add(libbpf.prog_info(fd).tag)
+        finally:
+            os.close(fd)
+    return tags
+
+
+def read(maps: dict[str, libbpf.Map]) -> plan.MapContents:
+    """What the VTEP's maps hold now (by name: the loaded object's, which are the pinned ones when reused)."""
+    out = plan.MapContents()
+    for name in CONFIG_MAPS:
+        entries = maps[name].dump()
+        if name in ARRAY_MAPS:
+            entries = [(k, v) for k, v in entries if any(v)]
+        out.entries[name] = dict(entries)
+    prog_ids: set[int] = set()
+    for (kind, size), name in GROUP_MAPS.items():
+        for raw_vni, ref in maps[name].dump():
+            vni = int.from_bytes(raw_vni, "little")
+            inner = _inner(ref)
+            try:
+                values = {int.from_bytes(k, "little"): DevmapVal.from_buffer_copy(v) for k, v in inner.dump()}
+            finally:
+                libbpf.close_fd(inner.fd)
+            out.groups[kind][vni] = {member: value.ifindex for member, value in values.items()}
+            out.where[(kind, vni)] = size
+            prog_ids.update(value.prog for value in values.values())
+    out.egress_tags = _prog_tags(prog_ids)
+    return out
+
+
+@contextlib.contextmanager
+def _refused(origin: str | None, what: str):
+    """A kernel refusal of one write, said with the document item it comes from."""
+    try:
+        yield
+    except (libbpf.LibbpfError, ValueError) as exc:
+        raise WriteError(f"{origin + ': ' if origin else ''}{what} failed: {exc}") from exc
+
+
+class Writer:
+    """Applies a MapDiff; remembers how to undo each step, so a failure half-way restores the previous state."""
+
+    def __init__(self, maps: dict[str, libbpf.Map], current: plan.MapContents, egress_fd: int):
+        self.maps = maps
+        self.current = current
+        self.egress_fd = egress_fd
+        self.undo: list = []
+        self._open: list[int] = []
+
+    def _remove(self, name: str, key: bytes) -> None:
+        m = self.maps[name]
+        if name in ARRAY_MAPS:
+            m.update(key, bytes(m.value_size))
+        else:
+            m.delete(key)
+
+    def _put(self, name: str, key: bytes, value: bytes) -> None:
+        old = self.current.entries.get(name, {}).get(key)
+        m = self.maps[name]
+        m.update(key, value)
+        self.undo.append(lambda: m.update(key, old) if old is not None else self._remove(name, key))
+
+    def _delete(self, name: str, key: bytes) -> None:
+        old = self.current.entries[name][key]
+        m = self.maps[name]
+        self._remove(name, key)
+        self.undo.append(lambda: m.update(key, old))
+
+    def _group(self, kind: str, size: str, vni: int) -> tuple[libbpf.Map, bool]:
+        """The VNI's member group in the map of its size class, and whether it is new (not yet published)."""
+        found = self.maps[GROUP_MAPS[(kind, size)]].lookup(u32(vni))
+        if found is not None:
+            group = _inner(found)
+        else:
+            fd = libbpf.map_create(BPF_MAP_TYPE_DEVMAP_HASH, f"{kind}{vni}", 4, 8, GROUP_CAPACITY[size])
+            group = libbpf.Map.from_fd(fd)
+        self._open.append(group.fd)
+        return group, found is None
+
+    def _publish(self, kind: str, size: str, vni: int, group: libbpf.Map) -> None:
+        outer, key = self.maps[GROUP_MAPS[(kind, size)]], u32(vni)
+        outer.update(key, u32(group.fd))
+        self.undo.append(lambda: outer.delete(key))
+
+    def _member(self, group: libbpf.Map, member: int, ifindex: int) -> None:
+        key = u32(member)
+        old = group.lookup(key)
+        group.update(key, bytes(DevmapVal(ifindex, self.egress_fd)))
+        if old is None:
+            self.undo.append(lambda: group.delete(key))
+        # A changed member's old program is known by id only and cannot be written back by fd; undoing leaves it
+        # on the new egress program, which serves the old entries as well.
+
+    def _remove_member(self, group: libbpf.Map, change: plan.GroupChange, member: int) -> None:
+        key = u32(member)
+        readd = bytes(DevmapVal(self.current.groups[change.kind][change.vni][member], self.egress_fd))
+        group.delete(key)
+        self.undo.append(lambda: group.update(key, readd))
+
+    def _zero(self, name: str, slots: list[int]) -> None:
+        m = self.maps[name]
+        zeros = bytes(m.value_buffer_size)
+        for slot in slots:
+            m.update(u32(slot), zeros)
+
+    def apply(self, d: plan.MapDiff) -> None:
+        """Raises WriteError (after undoing what was written) when the kernel refuses a write."""
+        origin = d.origins.get
+        try:
+            # Make before break: fresh counters, configuration entries, members in; then members out, removals.
+            with _refused(None, "clearing the counters of new ports and VNIs"):
+                self._zero("port_stats", d.fresh_port_slots)
+                self._zero("vni_stats", d.fresh_vni_slots)
+            for name, entries in d.upserts.items():
+                for key, value in entries.items():
+                    with _refused(origin((name, key)), f"writing {name}"):
+                        self._put(name, key, value)
+            for change in d.groups:
+                words = f"the {change.kind} group of VNI {change.vni}"
+                with _refused(origin((change.kind, change.vni)), f"creating {words}"):
+                    group, new = self._group(change.kind, change.size, change.vni)
+                for member, ifindex in change.adds.items():
+                    with _refused(origin((change.kind, change.vni, member)), f"adding ifindex {ifindex} to {words}"):
+                        self._member(group, member, ifindex)
+                if new:  # a new group goes live only when complete
+                    with _refused(origin((change.kind, change.vni)), f"publishing {words}"):
+                        self._publish(change.kind, change.size, change.vni, group)
+            for change in d.groups:
+                words = f"the {change.kind} group of VNI {change.vni}"
+                with _refused(origin((change.kind, change.vni)), f"updating {words}"):
+                    if change.moved_from:
+                        self.maps[GROUP_MAPS[(change.kind, change.moved_from)]].delete(u32(change.vni))
+                        continue
+                    group, _ = self._group(change.kind, change.size, change.vni)
+                    for member in change.removes:
+                        self._remove_member(group, change, member)
+            for kind, vni, size in d.groups_removed:
+                with _refused(None, f"removing the {kind} group of VNI {vni}"):
+                    self.maps[GROUP_MAPS[(kind, size)]].delete(u32(vni))
+            for name, keys in d.deletes.items():
+                with _refused(None, f"removing an entry of {name}"):
+                    for key in keys:
+                        self._delete(name, key)
+        except WriteError:
+            self.rollback()
+            raise
+
+    def rollback(self) -> None:
+        """Undo what apply() wrote; also after apply() returned, when a later step (the attach) failed."""
+        for step in reversed(self.undo):
+            with contextlib.suppress(libbpf.LibbpfError):  # best effort: the error that made us roll back is reported
+                step()
+        self.undo.clear()
+
+    def close(self) -> None:
+        for fd in self._open:
+            libbpf.close_fd(fd)
+        self._open.clear()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass
+class Update:
+    """One update of a VTEP's maps: what they held, what they hold afterwards, and the difference."""
+
+    current: plan.MapContents
+    desired: plan.MapContents
+    diff: plan.MapDiff
+
+
+@contextlib.contextmanager
+def update(
+    maps: dict[str, libbpf.Map],
+    egress: libbpf.Program,
+    config: VtepConfig,
+    ports: dict[str, plan.Port],
+    peer_macs: dict[tuple[int, str], str],
+    write: bool = True,
+):
+    """Bring the VTEP's maps to `config`: read what they hold, compile what the configuration needs (every member
+    on `egress`), diff, and (when `write`) write the difference, make-before-break. Yields the Update.
+
+    Raises plan.DoesNotFit before anything is written, and WriteError after undoing a write the kernel refused.
+    When the block raises (a later step such as the attach failed) the writes are undone and the error goes on.
+    Devmap members name their interface by ifindex in the caller's network namespace.
+    """
+    current = read(maps)
+    desired = plan.compile_desired(config, ports, peer_macs, current, egress.info().tag)
+    difference = plan.diff(current, desired)
+    with Writer(maps, current, egress.fd) as writer:
+        if write:
+            writer.apply(difference)
+        try:
+            yield Update(current, desired, difference)
+        except BaseException:
+            writer.rollback()
+            raise
+
+
+def counters(maps: dict[str, libbpf.Map], contents: plan.MapContents, names: dict[int, str]) -> dict:
+    """Per-VNI and per-port counters, summed over CPUs, with drops by reason (non-zero only)."""
+
+    def total(stats: list[TrafficStats]) -> dict:
+        out = {f: sum(getattr(s, f) for s in stats) for f in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")}
+        out["drops"] = {reason: n for i, reason in enumerate(DROP_REASONS) if (n := sum(s.drops[i] for s in stats))}
+        return out
+
+    vni_stats = TypedMap(maps["vni_stats"], LAYOUTS["vni_stats"])
+    port_stats = TypedMap(maps["port_stats"], LAYOUTS["port_stats"])
+    return {
+        "vnis": {vni: total(vni_stats.get(slot)) for vni, slot in sorted(contents.vni_slots().items())},
+        "ports": {
+            names.get(ifindex, str(ifindex)): total(port_stats.get(slot))
+            for ifindex, slot in sorted(contents.port_slots().items())
+        },
+    }
