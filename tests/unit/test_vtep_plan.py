@@ -174,7 +174,7 @@ def test_one_peer_less_changes_only_what_it_needs():
     assert not d.groups_removed and not d.fresh_port_slots and not d.fresh_vni_slots
 
 
-def test_a_vni_removed_and_one_added_keep_the_other_slots():
+def test_a_vni_and_a_port_that_take_freed_counter_slots_start_from_zero():
     now = held(compiled(document()))
     doc = document()
     doc["vnis"][0] = {"vni": 300, "access_ports": ["acc101"]}  # VNI 200 goes, 300 comes
@@ -184,9 +184,9 @@ def test_a_vni_removed_and_one_added_keep_the_other_slots():
     assert {(g.kind, g.vni) for g in d.groups} == {("flood", 300), ("local", 300)}
     kept = {vni: slot for vni, slot in now.vni_slots().items() if vni != 200}
     assert {vni: desired.vni_slots()[vni] for vni in kept} == kept
-    assert d.fresh_vni_slots == [] and desired.vni_slots()[300] == now.vni_slots()[200]  # the freed slot, reused
-    assert d.fresh_port_slots == []  # acc101 takes acc200's port slot too: slots are counters, zeroed when new
-    assert desired.port_slots()[3] == now.port_slots()[4]
+    # VNI 300 and acc101 take the counter slots VNI 200 and acc200 leave, and start from zero there.
+    assert desired.vni_slots()[300] == now.vni_slots()[200] and d.fresh_vni_slots == [now.vni_slots()[200]]
+    assert desired.port_slots()[3] == now.port_slots()[4] and d.fresh_port_slots == [now.port_slots()[4]]
 
 
 def test_members_on_another_egress_program_all_move_to_the_loaded_one():

@@ -285,6 +285,11 @@ def diff(current: MapContents, desired: MapContents) -> MapDiff:
             if adds or removes:
                 d.groups.append(GroupChange(kind, vni, size, adds, removes))
         d.groups_removed += [(kind, vni, current.where[(kind, vni)]) for vni in have_groups if vni not in want_groups]
-    d.fresh_port_slots = sorted(set(desired.port_slots().values()) - set(current.port_slots().values()))
-    d.fresh_vni_slots = sorted(set(desired.vni_slots().values()) - set(current.vni_slots().values()))
+    d.fresh_port_slots = _fresh_slots(current.port_slots(), desired.port_slots())
+    d.fresh_vni_slots = _fresh_slots(current.vni_slots(), desired.vni_slots())
     return d
+
+
+def _fresh_slots(have: dict[int, int], want: dict[int, int]) -> list[int]:
+    """The counter slots that start counting for a port or VNI, also one a removed port or VNI leaves behind."""
+    return sorted({slot for key, slot in want.items() if have.get(key) != slot})
