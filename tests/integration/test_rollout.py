@@ -91,7 +91,10 @@ def test_check_mode_shows_the_change_and_changes_nothing(rollout_lab):
         check = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT, check=True, diff=True)
     assert check.rc == 0, check
     assert check.result(task=CONFIGURE["xdp"], host="c")["changes"] == ["VNI 100: - access port acc100"]
-    assert printed_diff(check.stdout, "vtep vtep") == ["-VNI 100: access port acc100"]  # --diff prints it
+    # --diff prints it, and the ingress program acc100 would no longer run
+    removed, detached = printed_diff(check.stdout, "vtep vtep")
+    assert removed == "-VNI 100: access port acc100"
+    assert re.fullmatch(r"-acc100: vtep_ingress tag [0-9a-f]{16} native", detached), detached
     for host in ("a", "b", "d"):
         assert check.result(task=CONFIGURE["xdp"], host=host)["changes"] == []
     assert check.results(task=HEALTH) == []  # no probes in check mode

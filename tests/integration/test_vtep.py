@@ -7,6 +7,7 @@ inventories/lab/group_vars/all/vtep.yml.
 
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ ADDRESS = {
     "l100": "198.51.100.165", "a200": "198.51.100.177", "b200": "198.51.100.178", "c200": "198.51.100.179",
 }  # fmt: skip
 XDP_TASK = "xdpfleet.fabric.vtep : Configure the XDP VTEP"
+INGRESS = r"vtep_ingress tag [0-9a-f]{16} native"  # a VTEP port's program, as --diff names it
 LINUX_TASK = "xdpfleet.fabric.vtep : Configure the Linux kernel VTEP"
 CONFIG_MAPS = ("port_config", "vlan_bindings", "tunnel_peers", "port_vnis", "vni_tunnels", "peer_admission")
 
@@ -188,10 +190,14 @@ def test_one_member_more_or_less_changes_only_that(fabric):
     )
     assert less.rc == 0, less
     assert less.result(task=XDP_TASK, host="c")["changes"] == ["VNI 100: - access port acc100"]
+    # --diff: the member goes, and so does the ingress program on acc100 (no longer a VTEP port)
+    removed, detached = printed_diff(less.stdout, "vtep vtep")
+    assert removed == "-VNI 100: access port acc100" and re.fullmatch(f"-acc100: {INGRESS}", detached), detached
     assert "c100" not in bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=1)
     back = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "c"}, diff=True)
     assert back.result(task=XDP_TASK, host="c")["changes"] == ["VNI 100: + access port acc100"]
-    assert printed_diff(back.stdout, "vtep vtep") == ["+VNI 100: access port acc100"]  # --diff shows it
+    added, attached = printed_diff(back.stdout, "vtep vtep")
+    assert added == "+VNI 100: access port acc100" and re.fullmatch(f"\\+acc100: {INGRESS}", attached), attached
     assert "c100" in bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=2)
 
 

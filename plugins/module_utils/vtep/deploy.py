@@ -96,7 +96,7 @@ def resolve_peer_macs(config: VtepConfig, ports: dict[str, plan.Port], timeout: 
     return macs
 
 
-def program_changes(steps: list[xp.Step], header: str) -> Changes:
+def _program_changes(steps: list[xp.Step], header: str) -> Changes:
     """What the ingress program does on each VTEP port that changes: per port, what ran before and runs after."""
     out = Changes(header)
     for s in steps:
@@ -146,16 +146,16 @@ def deploy(
     header = f"vtep {paths.name}"
     with instance:
         try:
-            program = instance.plan(vtep_ports, replace_foreign=False)
+            attach_plan = instance.plan(vtep_ports, replace_foreign=False)
         except xp.XdpProgramError as exc:
             raise VtepError(str(exc)) from exc
         maps = {name: instance.obj.map(name) for name in layouts.MAP_NAMES}
         egress = instance.obj.program("vtep_egress")
         try:
             with writer.update(maps, egress, config, ports, peer_macs, write=not check_mode) as done:
-                changed = program.changed or not done.diff.empty
+                changed = attach_plan.changed or not done.diff.empty
                 if changed and not check_mode:
-                    instance.apply(program)
+                    instance.apply(attach_plan)
         except plan.DoesNotFit as exc:
             raise VtepError(f"the VTEP configuration does not fit the data plane, nothing was changed: {exc}") from exc
         except (writer.WriteError, libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
@@ -168,12 +168,12 @@ def deploy(
         result = {
             "changed": changed,
             "changes": config_changes.steps,
-            "program": {s.ifname: s.action for s in program.steps},
+            "program": {s.ifname: s.action for s in attach_plan.steps},
             "ansible_facts": {"xdpfleet_vtep": writer.counters(maps, in_maps, names)},
         }
         if changed:
             shown = Changes(header)
             shown.extend(config_changes)
-            shown.extend(program_changes(program.steps, header))
+            shown.extend(_program_changes(attach_plan.steps, header))
             result["diff"] = shown.diff()
         return result
