@@ -107,21 +107,6 @@ def test_schema_is_a_valid_draft_2020_12_schema():
     assert "IPv6 underlay is not supported yet" in vc.SCHEMA["$defs"]["ipv4"]["description"]
 
 
-def test_limits_match_the_data_plane_header():
-    header = (REPO / "bpf" / "vtep" / "vtep.h").read_text()
-    defines = dict(re.findall(r"^#define\s+(\w+)\s+(\d+)", header, re.M))
-    for name in (
-        "VXLAN_OVERHEAD",
-        "VTEP_MAX_PORTS",
-        "VTEP_MAX_IFINDEX",
-        "VTEP_MAX_VNIS",
-        "VTEP_MAX_MEMBERS",
-        "VTEP_MAX_PEERS",
-    ):
-        assert int(defines[name]) == getattr(vc, name), name
-    assert int(defines["VTEP_SMALL_GROUP"]) == vtep_maps.VTEP_SMALL_GROUP
-
-
 def test_rows_of_peers_stay_in_place_or_move_to_free_indexes():
     current = {(100, 5): (0, 4), (200, 5): (4, 2)}
     # Unchanged and shrinking rows stay; a new row goes after the used indexes.

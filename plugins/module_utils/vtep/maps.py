@@ -18,35 +18,22 @@ from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout, TypedMap
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.libbpf import BPF_MAP_TYPE_DEVMAP_HASH
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
+    ABI,
+    DROP_REASONS,
+    PORT_ACCESS,
+    PORT_KINDS,
+    PORT_TRUNK,
+    PORT_TUNNEL,
     VTEP_MAX_MEMBERS,
     VTEP_MAX_PEERS,
     VTEP_MAX_PORTS,
     VTEP_MAX_VNIS,
-    VtepConfig,
+    VTEP_SMALL_GROUP,
+    peer_member_key,
 )
-
-PORT_ACCESS, PORT_TRUNK, PORT_TUNNEL = 1, 2, 3
-PORT_KINDS = {PORT_ACCESS: "access", PORT_TRUNK: "trunk", PORT_TUNNEL: "tunnel"}
-VTEP_SMALL_GROUP = 16  # bpf/vtep/vtep.h; the other limits come with the configuration's rules
-PEER_MEMBER_BIT = 1 << 31
-DROP_REASONS = (
-    "malformed",
-    "untagged",
-    "vid_reserved",
-    "vid_unknown",
-    "qinq",
-    "not_admitted",
-    "not_peer",
-    "no_group",
-    "vid_mismatch",
-    "mtu",
-    "no_peer",
-    "not_member",
-    "bad_command",
-    "split_horizon",
-)
-BPF_MAP_TYPE_DEVMAP_HASH = 25
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
 
 
 class PortConfig(ctypes.Structure):
@@ -116,17 +103,18 @@ class DevmapVal(ctypes.Structure):
     _fields_ = [("ifindex", ctypes.c_uint32), ("prog", ctypes.c_uint32)]
 
 
+# The maps whose contents are read by the ABI's enums (port kinds, drop reasons) check its numbers with them.
 LAYOUTS = {
     layout.map_name: layout
     for layout in (
-        MapLayout("port_config", ctypes.c_uint32, PortConfig),
+        MapLayout("port_config", ctypes.c_uint32, PortConfig, ABI),
         MapLayout("vlan_bindings", VlanKey, VniRef),
         MapLayout("port_vnis", PortVniKey, PortVni),
         MapLayout("tunnel_peers", ctypes.c_uint32, PeerValue),
         MapLayout("vni_tunnels", ctypes.c_uint32, VniTunnel),
         MapLayout("peer_admission", PeerAddrKey, ctypes.c_uint32),
-        MapLayout("vni_stats", ctypes.c_uint32, TrafficStats),
-        MapLayout("port_stats", ctypes.c_uint32, TrafficStats),
+        MapLayout("vni_stats", ctypes.c_uint32, TrafficStats, ABI),
+        MapLayout("port_stats", ctypes.c_uint32, TrafficStats, ABI),
     )
 }
 # In the order they are written: a row of peers is in tunnel_peers before port_vnis and vni_tunnels point at it.
@@ -169,11 +157,6 @@ def mac_str(raw) -> str:
 
 def u32(value: int) -> bytes:
     return value.to_bytes(4, "little")
-
-
-def peer_member_key(ifindex: int, copy: int) -> int:
-    """The devmap key of a remote peer's entry: one entry per copy a tunnel port sends of each frame."""
-    return PEER_MEMBER_BIT | (ifindex << 16) | copy
 
 
 @dataclass(frozen=True)
