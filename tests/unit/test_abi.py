@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO / "collection"))
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import abi as vtep_abi
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import maps as vtep_maps
 
@@ -41,7 +42,7 @@ def btf_check(object_path: str, checked) -> None:
 
 
 def test_every_data_plane_with_shared_numbers_declares_them():
-    assert sorted(ABIS) == ["vtep"]
+    assert sorted(ABIS) == ["trafficgen", "vtep"]
     for declared in ABIS.values():
         assert (REPO / declared.source).is_file(), declared.source
 
@@ -88,22 +89,33 @@ def edited_tree(tmp_path: Path, header: str, edits: dict[str, str]) -> Path:
     return tree
 
 
-def test_a_c_enum_out_of_step_with_python_fails_before_the_load(tmp_path, cache):
-    """A header edited by hand (or an object from another version) numbers two drop reasons the other way round:
-    the layout check refuses the object, naming both, instead of every drop counter being mislabelled."""
+@pytest.mark.parametrize(
+    ("source", "layout", "first", "second", "numbers"),
+    [
+        ("bpf/vtep/vtep.c", vtep_maps.LAYOUTS["port_stats"], "DROP_MTU", "DROP_NO_PEER", (9, 10)),
+        ("bpf/trafficgen/sender.c", tg.SENDER_LAYOUTS["tg_entries"], "TG_DIFF_U16", "TG_DIFF_U32", (2, 4)),
+    ],
+    ids=["vtep", "trafficgen"],
+)
+def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
+    tmp_path, cache, source, layout, first, second, numbers
+):
+    """A header edited by hand (or an object from another version) numbers two members the other way round: the
+    layout check that runs before every load refuses the object, naming both, where the data plane would otherwise
+    mislabel every drop counter or write the wrong bytes."""
+    a, b = numbers
+    header = layout.abi.header
     tree = edited_tree(
-        tmp_path,
-        vtep_abi.ABI.header,
-        {"\tDROP_MTU = 9,": "\tDROP_MTU = 10,", "\tDROP_NO_PEER = 10,": "\tDROP_NO_PEER = 9,"},
+        tmp_path, header, {f"\t{first} = {a},": f"\t{first} = {b},", f"\t{second} = {b},": f"\t{second} = {a},"}
     )
-    assert (tree / vtep_abi.ABI.header).read_text() != vtep_abi.ABI.render()
-    path = compile_in(tree, "bpf/vtep/vtep.c", cache)
-    with libbpf.BpfObject(path) as obj, pytest.raises(abi.AbiMismatch) as caught:
-        vtep_maps.LAYOUTS["port_stats"].check_object(obj)
+    assert (tree / header).read_text() != layout.abi.render()
+    with libbpf.BpfObject(compile_in(tree, source, cache)) as obj, pytest.raises(abi.AbiMismatch) as caught:
+        layout.check_object(obj)
+    enum = next(e.name for e in layout.abi.enums if first in e.values())
     assert str(caught.value) == (
-        "the vtep data plane's numbers differ between plugins/module_utils/vtep/abi.py and the BPF object's BTF: "
-        "enum drop_reason: DROP_MTU is 9 in Python, 10 in the object; "
-        "enum drop_reason: DROP_NO_PEER is 10 in Python, 9 in the object"
+        f"the {layout.abi.name} data plane's numbers differ between {layout.abi.source} and the BPF object's BTF: "
+        f"enum {enum}: {first} is {a} in Python, {b} in the object; "
+        f"enum {enum}: {second} is {b} in Python, {a} in the object"
     )
 
 
