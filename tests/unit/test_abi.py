@@ -36,11 +36,6 @@ def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("bpfcache")
 
 
-def btf_check(object_path: str, checked) -> None:
-    with libbpf.BpfObject(object_path) as obj:
-        checked.check_object(obj)
-
-
 def test_every_data_plane_with_shared_numbers_declares_them():
     assert sorted(ABIS) == ["trafficgen", "vtep"]
     for declared in ABIS.values():
@@ -71,9 +66,8 @@ def test_compiled_objects_carry_the_python_numbers_in_their_btf(name, cache):
     declared = ABIS[name]
     assert objects_of(declared)
     for source in objects_of(declared):
-        path = compile_in(REPO, source, cache)
-        btf_check(path, declared)
-        with libbpf.BpfObject(path) as obj:
+        with libbpf.BpfObject(compile_in(REPO, source, cache)) as obj:
+            declared.check_object(obj)
             assert set(abi.declared_enums(Btf(obj.btf))) == {enum.name for enum in declared.enums}, source
 
 
@@ -121,7 +115,7 @@ def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
 
 def test_a_python_declaration_out_of_step_with_the_object_fails(cache):
     path = compile_in(REPO, "bpf/vtep/vtep.c", cache)
-    members = dict((m[0], m) for m in vtep_abi.PORT_KIND.members)
+    members = {m[0]: m for m in vtep_abi.PORT_KIND.members}
     reordered = dataclasses.replace(
         vtep_abi.PORT_KIND,
         members=(members["PORT_NONE"], ("PORT_TRUNK", 1, ""), ("PORT_ACCESS", 2, ""), members["PORT_TUNNEL"]),
