@@ -29,7 +29,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help deps apt-deps lint build lab-down test demo clean
+.PHONY: help deps apt-deps lint build lab-down test demo clean abi
 .PHONY: bench bench-vtep bench-trafficgen
 
 help:
@@ -38,6 +38,7 @@ help:
 	@echo "make deps      Debian packages (only missing ones) and the .venv from pyproject.toml"
 	@echo "make lint      ruff check . and ansible-lint --profile production"
 	@echo "make build     collection tarball in .build/ (via collection/build.sh)"
+	@echo "make abi       rewrite bpf/<plane>/<plane>_abi.h from plugins/module_utils/<plane>/abi.py"
 	@echo "make lab-down  tear down the default lab"
 	@echo "make clean     remove .build and reports"
 	@echo "make bench     run the benchmarks (bench-vtep, bench-trafficgen; BENCH_ARGS=\"--seconds 5 --rounds 3\" passes options)"
@@ -78,6 +79,10 @@ lint: deps
 
 build: deps
 	ANSIBLE_GALAXY=$(BIN)/ansible-galaxy $(CURDIR)/collection/build.sh --output-path $(BUILD_DIR)
+
+# The C headers of the numbers each data plane shares with Python, generated from its declaration in Python.
+abi: deps
+	PYTHONPATH=$(CURDIR)/collection $(BIN)/python -m ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi
 
 lab-down: deps
 	$(BIN)/ansible-playbook $(CURDIR)/playbooks/lab.yml -e lab_state=absent

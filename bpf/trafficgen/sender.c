@@ -6,7 +6,7 @@
  * xdp_send builds each frame from a base packet and an entry of diffs (seed 003's template engine), so a
  * 64-flow sweep costs a few stores per frame, not a packet copy:
  *   1. take the CPU's next entry (entries cycle in order; user space expanded variations and IMIX weights);
- *   2. write the first header_words * 8 bytes of the entry's base. Live frames recycle their pages with whatever
+ *   2. write the first header_words words of the entry's base. Live frames recycle their pages with whatever
  *      the last user left in them: another base's headers, or headers the echo server swapped on the way back
  *      (on veth the returned frame is the same page). Bytes past the header region are the same zero payload in
  *      every base, so they are never rewritten;
@@ -30,6 +30,9 @@
  * BPF_PROG_RUN calls and for a sender thread preempted for tens of milliseconds on a busy host, so the average
  * rate holds, while a longer stall is not paid back as one burst. */
 #define TG_PACE_SLACK_NS 50000000ULL
+
+_Static_assert(TG_HEADER_WORD == sizeof(__u64), "the header is copied as __u64 words");
+_Static_assert((TG_HEADER_MAX & (TG_HEADER_MAX - 1)) == 0, "diff offsets are masked with TG_HEADER_MAX - 1");
 
 const volatile __u16 return_port_lo = 0;
 const volatile __u16 return_port_hi = 0;
@@ -82,15 +85,15 @@ static __always_inline int tg_pace(struct tg_cpu *cpu)
 static __always_inline void tg_write_diff(void *p, void *data_end, const struct tg_diff *d)
 {
 	switch (d->size) {
-	case 1:
+	case TG_DIFF_U8:
 		if (p + 1 <= data_end)
 			*(__u8 *)p = d->value[0];
 		break;
-	case 2:
+	case TG_DIFF_U16:
 		if (p + 2 <= data_end)
 			*(__u16 *)p = *(const __u16 *)d->value;
 		break;
-	case 4:
+	case TG_DIFF_U32:
 		if (p + 4 <= data_end)
 			*(__u32 *)p = *(const __u32 *)d->value;
 		break;
@@ -128,10 +131,10 @@ int xdp_send(struct xdp_md *ctx)
 	if (!base)
 		return XDP_ABORTED;
 
-	/* data_in is at least header_words * 8 long (user space pads it), so these checks only guide the verifier. */
+	/* data_in is at least header_words words long (user space pads it), so these checks only guide the verifier. */
 #pragma unroll
-	for (i = 0; i < TG_HEADER_MAX / 8; i++) {
-		if (i >= cpu->header_words || data + (i + 1) * 8 > data_end)
+	for (i = 0; i < TG_HEADER_MAX / TG_HEADER_WORD; i++) {
+		if (i >= cpu->header_words || data + (i + 1) * TG_HEADER_WORD > data_end)
 			break;
 		((__u64 *)data)[i] = ((__u64 *)base->header)[i];
 	}

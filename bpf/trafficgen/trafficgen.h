@@ -4,27 +4,25 @@
  * both ends use to recognise test frames (UDP to or from a port range, over IPv4 or IPv6, one 802.1Q tag at most).
  *
  * Python declares the same layouts once, in plugins/module_utils/trafficgen/generator.py, and checks them against the
- * object's BTF before it loads: a change here that Python does not follow fails the load.
+ * object's BTF before it loads: a change here that Python does not follow fails the load. The limits and the sizes
+ * of a write come from trafficgen_abi.h, which is generated from plugins/module_utils/trafficgen/abi.py.
  */
 #ifndef XDPFLEET_TRAFFICGEN_H
 #define XDPFLEET_TRAFFICGEN_H
 
 #include <linux/types.h>
 
-#define TG_HEADER_MAX 128 /* bytes of a base packet rewritten per frame */
-#define TG_BASES_MAX 8
-#define TG_DIFFS_MAX 8
-#define TG_ENTRIES_MAX 65536
+#include "trafficgen_abi.h"
 
-/* tg_bases[i]: the first header_words * 8 bytes of base packet i (headers, then payload bytes). */
+/* tg_bases[i]: the first header_words words of base packet i (headers, then payload bytes). */
 struct tg_base {
 	__u8 header[TG_HEADER_MAX];
 };
 
-/* One write of 1, 2 or 4 bytes at a frame offset; value holds the bytes in frame order. */
+/* One write at a frame offset; value holds the bytes in frame order. */
 struct tg_diff {
 	__u16 offset;
-	__u8 size;
+	__u8 size; /* enum tg_diff_size */
 	__u8 pad;
 	__u8 value[4];
 };
@@ -45,7 +43,7 @@ struct tg_cpu {
 	__u64 interval_ns;  /* pacing: time between frames on this CPU; 0 sends as fast as possible */
 	__u64 limit;        /* stop sending after this many frames on this CPU; 0 = no limit */
 	__u32 entry_count;  /* entries in tg_entries */
-	__u16 header_words; /* bytes of the base rewritten per frame / 8 */
+	__u16 header_words; /* words (TG_HEADER_WORD bytes) of the base rewritten per frame */
 	__u16 data_len;     /* length of the run's data_in: entries shorter than this are trimmed */
 	__u64 next_ns;      /* pacing: when the next frame is due */
 	__u32 next_entry;

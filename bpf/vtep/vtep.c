@@ -53,7 +53,7 @@ struct outer_template {
 };
 _Static_assert(__builtin_offsetof(struct outer_template, hdr) % 8 == 0, "template words are aligned");
 
-/* Keyed by member: a local port's ifindex, or a peer's member key (see vtep_maps.peer_member_key). Sizes, not
+/* Keyed by member: a local port's ifindex, or a peer's member key (peer_member_key in vtep_abi.h). Sizes, not
  * BTF types: libbpf cannot size the union inside struct bpf_devmap_val from BTF. */
 struct member_group {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);

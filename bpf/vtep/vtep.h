@@ -2,33 +2,17 @@
 /*
  * VXLAN VTEP in XDP: the map keys and values shared by the programs and by user space.
  *
- * Python declares the same layouts once, in plugins/module_utils/vtep/maps.py, and checks them against this
+ * Python declares the same layouts once, in plugins/module_utils/vtep/layouts.py, and checks them against this
  * object's BTF at load: a change here that Python does not follow fails the load, it never writes wrong bytes.
+ * The limits, the enums and the peer member key come from vtep_abi.h, which is generated from
+ * plugins/module_utils/vtep/abi.py.
  */
 #ifndef XDPFLEET_VTEP_H
 #define XDPFLEET_VTEP_H
 
 #include <linux/types.h>
 
-#define VXLAN_PORT 4789
-#define VXLAN_OVERHEAD 50 /* outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 */
-#define VTEP_MAX_PORTS 256
-/* port_config is an array indexed by ifindex (an index, not a hash lookup, on the per-frame and per-copy paths):
- * a VTEP port's ifindex must be below this. */
-#define VTEP_MAX_IFINDEX 16384
-#define VTEP_MAX_VNIS 4096
-#define VTEP_MAX_MEMBERS 256 /* devmap entries per VNI: local ports plus remote peers */
-#define VTEP_MAX_PEERS 65536 /* tunnel_peers entries, all VNIs and tunnel ports together (16 per VNI on average) */
-/* Broadcast walks every bucket of a DEVMAP_HASH, so a group's capacity costs per frame: groups of up to
- * VTEP_SMALL_GROUP members live in maps of that size (vni_flood, vni_local), larger ones in *_large maps. */
-#define VTEP_SMALL_GROUP 16
-
-enum port_kind {
-	PORT_NONE = 0,
-	PORT_ACCESS = 1, /* fixed VNI: every frame belongs to port_config.vni, tags pass untouched */
-	PORT_TRUNK = 2,  /* VLAN-aware: (ifindex, VID) selects the VNI; only single 802.1Q tags */
-	PORT_TUNNEL = 3, /* VXLAN underlay: decap on ingress, encap per peer on egress */
-};
+#include "vtep_abi.h"
 
 /* port_config[ifindex]; kind PORT_NONE: not a VTEP port. Slots are small indexes that user space assigns, so that per-port and per-VNI state
  * lives in arrays (an index, not a hash lookup, on the per-copy path). */
@@ -115,25 +99,6 @@ struct command {
 	__u32 first_peer;
 	__u32 peers;
 } __attribute__((aligned(8))); /* 32 bytes, the metadata's limit; copied as four 8-byte words */
-
-/* Drop reasons, counted per port and, where the VNI is known, per VNI. */
-enum drop_reason {
-	DROP_MALFORMED = 0,      /* truncated Ethernet, IP or VXLAN header */
-	DROP_UNTAGGED = 1,       /* trunk: no 802.1Q tag */
-	DROP_VID_RESERVED = 2,   /* trunk: VID 0 or 4095 */
-	DROP_VID_UNKNOWN = 3,    /* trunk: no binding for (port, VID) */
-	DROP_QINQ = 4,           /* trunk: 802.1ad outer tag, or a second tag */
-	DROP_NOT_ADMITTED = 5,   /* tunnel: VNI not admitted on this port */
-	DROP_NOT_PEER = 6,       /* tunnel: outer source is not a peer of the VNI */
-	DROP_NO_GROUP = 7,       /* no replication group for the VNI */
-	DROP_VID_MISMATCH = 8,   /* egress: trunk copy without the VNI's VID */
-	DROP_MTU = 9,            /* egress: the encapsulated copy exceeds the tunnel port's MTU */
-	DROP_NO_PEER = 10,       /* egress: more copies than peers on the port (during an update) */
-	DROP_NOT_MEMBER = 11,    /* egress: port is not a member of the copy's VNI */
-	DROP_BAD_COMMAND = 12,   /* egress: no valid command */
-	DROP_SPLIT_HORIZON = 13, /* egress: a decapsulated frame towards a tunnel */
-	DROP_REASONS = 14,
-};
 
 struct traffic_stats {
 	__u64 rx_packets;

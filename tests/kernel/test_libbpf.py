@@ -1,6 +1,7 @@
 """The libbpf binding and the BTF layout check, against the real kernel (root needed to load programs)."""
 
 import ctypes
+import dataclasses
 import errno
 import os
 import subprocess
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_layout as bl
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 
 FIXTURE_C = Path(__file__).parent / "bpf" / "layout_fixture.c"
@@ -235,6 +236,22 @@ def test_compile_cache_is_keyed_by_content(tmp_path):
     assert built_defined and defined != first
 
 
+def test_compile_cache_sees_the_headers_next_to_the_source(tmp_path):
+    """vtep.c includes vtep.h and the generated vtep_abi.h from its own directory: a changed header is a new
+    object, never the one built from the old header."""
+    src = tmp_path / "src" / "p.c"
+    src.parent.mkdir()
+    src.write_text(
+        '#include <linux/bpf.h>\n#include <bpf/bpf_helpers.h>\n#include "verdict.h"\n'
+        'SEC("xdp") int x(struct xdp_md *c) { return VERDICT; }\nchar L[] SEC("license") = "GPL";\n'
+    )
+    (src.parent / "verdict.h").write_text("#define VERDICT XDP_PASS\n")
+    first, _ = bpf_build.compile_object(str(src), str(tmp_path / "c"))
+    (src.parent / "verdict.h").write_text("#define VERDICT XDP_DROP\n")
+    second, built = bpf_build.compile_object(str(src), str(tmp_path / "c"))
+    assert built and second != first
+
+
 CHILD = textwrap.dedent(
     """
     import ctypes, json, os, socket, subprocess, sys
@@ -386,3 +403,68 @@ def test_pinned_maps_are_reused_only_with_the_same_layout(tmp_path, bpffs):
     after = pinned_map_ids()
     assert after["hits"] == before["hits"]
     assert after["flows"] != before["flows"]
+
+
+VERDICT = abi.Enum("fixture_verdict", "", (("FIXTURE_HIT", 0, ""), ("FIXTURE_MISS", 1, "")), count="FIXTURE_VERDICTS")
+FIXTURE_ABI = abi.Abi("fixture", "fixture_abi.h", "tests/kernel/test_libbpf.py", "", (VERDICT,))
+COUNTED_C = """
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "fixture_abi.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FIXTURE_VERDICTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} verdicts SEC(".maps");
+
+SEC("xdp")
+int xdp_counted(struct xdp_md *ctx)
+{
+	__u32 verdict = FIXTURE_HIT;
+	__u64 *n = bpf_map_lookup_elem(&verdicts, &verdict);
+
+	if (n)
+		*n += 1;
+	return XDP_PASS;
+}
+
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
+def counted_object(tmp_path, declared: abi.Abi, name: str) -> str:
+    """An object whose counters are indexed by the fixture's enum, numbered as `declared` says."""
+    src = tmp_path / name / "counted.c"
+    src.parent.mkdir()
+    src.write_text(COUNTED_C)
+    (src.parent / declared.header).write_text(declared.render())
+    return bpf_build.compile_object(str(src), str(tmp_path / "cache"))[0]
+
+
+def test_pinned_maps_are_reused_only_with_the_same_numbers(tmp_path, bpffs):
+    """Counters indexed by an enum whose numbers changed mean something else: an upgrade gets new maps, and a
+    layout that carries the interface refuses such a pinned map (as vtep_info does with a VTEP's)."""
+    swapped = (("FIXTURE_HIT", 1, ""), ("FIXTURE_MISS", 0, ""))
+    numbered = counted_object(tmp_path, FIXTURE_ABI, "numbered")
+    renumbered = counted_object(
+        tmp_path, dataclasses.replace(FIXTURE_ABI, enums=(dataclasses.replace(VERDICT, members=swapped),)), "renumbered"
+    )
+    paths = xp.InstancePaths("counted", pin_root=str(bpffs), state_dir=str(tmp_path / "state"))
+    verdicts = bl.MapLayout("verdicts", ctypes.c_uint32, ctypes.c_uint64, FIXTURE_ABI)
+    with xp.Instance(paths, numbered, "xdp_counted", "native", {}, (verdicts,)) as first:
+        first.apply(first.plan([], replace_foreign=False))
+    with libbpf.PinnedMap(paths.map_pin("verdicts")) as pinned:
+        verdicts.check_pinned(pinned)
+    with xp.Instance(paths, numbered, "xdp_counted", "native", {}) as again:
+        assert again.new_maps == []
+    with xp.Instance(paths, renumbered, "xdp_counted", "native", {}) as upgrade:
+        assert upgrade.new_maps == ["verdicts"]
+        upgrade.apply(upgrade.plan([], replace_foreign=False))
+    with libbpf.PinnedMap(paths.map_pin("verdicts")) as pinned, pytest.raises(abi.AbiMismatch) as caught:
+        verdicts.check_pinned(pinned)
+    assert str(caught.value).endswith(
+        "enum fixture_verdict: FIXTURE_HIT is 0 in Python, 1 in the object; "
+        "enum fixture_verdict: FIXTURE_MISS is 1 in Python, 0 in the object"
+    )

@@ -2,6 +2,9 @@
 and replication, encapsulation and decapsulation with real frames through veths, in native and generic mode."""
 
 import os
+import struct
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from scapy.layers.inet import IP, UDP
@@ -10,6 +13,8 @@ from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
 from vtep_netns import VtepNetns
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, writer
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     AccessPort,
@@ -21,6 +26,8 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import
 )
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and XDP need root")
+
+REPO = Path(__file__).resolve().parents[2]
 
 XDP_DROP, XDP_PASS, XDP_REDIRECT = 1, 2, 4
 LOCAL_IP = "198.51.100.1"
@@ -131,6 +138,30 @@ def test_ingress_verdicts(vtep, port, frame_bytes, verdict):
 def outer_of(raw: bytes):
     pkt = Ether(raw)
     return pkt[IP].dst, pkt[VXLAN].vni, pkt
+
+
+def test_c_and_python_agree_on_the_peer_member_keys(vtep, tmp_path):
+    """The flood groups hold the keys Python wrote for each peer; peer_member_key of vtep_abi.h, run in the kernel,
+    makes the same keys from (tunnel port, copy number)."""
+    source = REPO / "tests" / "kernel" / "bpf" / "vtep_member_key.c"
+    path, _ = bpf_build.compile_object(
+        str(source), str(tmp_path), [str(REPO / "bpf" / "include"), str(REPO / "bpf" / "vtep")]
+    )
+    with libbpf.BpfObject(path) as obj:
+        obj.load()
+        prog_fd = obj.program("vtep_member_key").fd
+
+        def c_key(ifindex: int, copy: int) -> int:
+            out = libbpf.prog_test_run(prog_fd, struct.pack("<II", ifindex, copy).ljust(64, b"\0")).data_out
+            return struct.unpack_from("<I", out)[0]
+
+        tunnel_ports = {vtep.ports[t.port].ifindex for t in config().tunnel_ports}
+        for vni in config().vnis:
+            peers_behind = Counter(vtep.ports[peer.via].ifindex for peer in vni.peers)
+            expected = {c_key(ifindex, copy): ifindex for ifindex, n in peers_behind.items() for copy in range(n)}
+            assert len(expected) == len(vni.peers)  # one key per peer
+            members = vtep.current.groups["flood"][vni.vni]
+            assert {key: i for key, i in members.items() if i in tunnel_ports} == expected, vni.vni
 
 
 def test_bum_copies_and_their_outer_headers(vtep):

@@ -18,7 +18,6 @@ sys.path.insert(0, str(REPO / "collection"))
 from jsonschema import Draft202012Validator
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     AccessPort,
     ConfigError,
@@ -106,21 +105,6 @@ def test_schema_is_a_valid_draft_2020_12_schema():
     Draft202012Validator.check_schema(vc.SCHEMA)
     assert vc.SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert "IPv6 underlay is not supported yet" in vc.SCHEMA["$defs"]["ipv4"]["description"]
-
-
-def test_limits_match_the_data_plane_header():
-    header = (REPO / "bpf" / "vtep" / "vtep.h").read_text()
-    defines = dict(re.findall(r"^#define\s+(\w+)\s+(\d+)", header, re.M))
-    for name in (
-        "VXLAN_OVERHEAD",
-        "VTEP_MAX_PORTS",
-        "VTEP_MAX_IFINDEX",
-        "VTEP_MAX_VNIS",
-        "VTEP_MAX_MEMBERS",
-        "VTEP_MAX_PEERS",
-    ):
-        assert int(defines[name]) == getattr(vc, name), name
-    assert int(defines["VTEP_SMALL_GROUP"]) == layouts.VTEP_SMALL_GROUP
 
 
 def test_optional_lists_default_to_empty():

@@ -12,10 +12,13 @@ import pytest
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, words
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
     PORT_ACCESS,
     PORT_TRUNK,
     PORT_TUNNEL,
+    peer_member_key,
+)
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
     PeerValue,
     PortConfig,
     PortVni,
@@ -25,7 +28,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts impor
     VniTunnel,
     ip_str,
     mac_str,
-    peer_member_key,
 )
 
 EGRESS = "0123456789abcdef"  # the loaded egress program's tag

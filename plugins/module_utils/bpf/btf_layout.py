@@ -4,7 +4,8 @@
 
 A C struct that changes without its Python twin fails loudly at load (LayoutMismatch names the map, the field,
 and both offsets or sizes), never by writing wrong bytes into a map. The same check runs against a pinned map's
-BTF from the kernel, so a module never writes into a map of an older or newer layout.
+BTF from the kernel, so a module never writes into a map of an older or newer layout. A layout that names its
+data plane's interface (bpf/abi.py) has that interface's enums and limits checked with it.
 Also here: .rodata constants, set by variable name and type-checked against the object's DATASEC.
 """
 
@@ -12,8 +13,12 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+
+if TYPE_CHECKING:
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import Abi
 
 KIND_INT, KIND_PTR, KIND_ARRAY, KIND_STRUCT, KIND_UNION, KIND_ENUM = 1, 2, 3, 4, 5, 6
 KIND_TYPEDEF, KIND_VOLATILE, KIND_CONST, KIND_RESTRICT = 8, 9, 10, 11
@@ -39,6 +44,10 @@ class _BtfMember(ctypes.Structure):
 
 class _BtfArray(ctypes.Structure):
     _fields_ = [("type", ctypes.c_uint32), ("index_type", ctypes.c_uint32), ("nelems", ctypes.c_uint32)]
+
+
+class _BtfEnum(ctypes.Structure):
+    _fields_ = [("name_off", ctypes.c_uint32), ("val", ctypes.c_uint32)]
 
 
 class _BtfVarSecinfo(ctypes.Structure):
@@ -120,6 +129,20 @@ class Btf:
             offset, bits = (m.offset & 0xFFFFFF, m.offset >> 24) if bitfields else (m.offset, 0)
             out.append((self.name(m.name_off), m.type, offset, bits))
         return out
+
+    def struct_members(self, type_id: int) -> list[tuple[str, int, int, int]]:
+        """members() of a struct or union by type id; empty for other kinds."""
+        _, t, ptr = self.resolve(type_id)
+        return self.members(ptr, t) if self.kind(t) in (KIND_STRUCT, KIND_UNION) else []
+
+    def enum(self, type_id: int) -> tuple[str, dict[str, int]] | None:
+        """An enum's name and its enumerators, each value as 32 unsigned bits; None for other kinds."""
+        _, t, ptr = self.resolve(type_id)
+        if self.kind(t) != KIND_ENUM:
+            return None
+        base = ptr + ctypes.sizeof(_BtfType)
+        members = [_BtfEnum.from_address(base + n * ctypes.sizeof(_BtfEnum)) for n in range(t.info & 0xFFFF)]
+        return self.name(t.name_off), {self.name(m.name_off): m.val for m in members}
 
     def datasec_vars(self, section: str) -> dict[str, tuple[int, int, int]]:
         """Variables of a data section: name -> (offset, size, type id)."""
@@ -217,6 +240,7 @@ class MapLayout:
     map_name: str
     key: type
     value: type
+    abi: Abi | None = None  # the data plane's enums and limits, which the map's contents are read with
 
     def check(self, btf: Btf, key_type_id: int, value_type_id: int, key_size: int, value_size: int) -> None:
         problems = []
@@ -232,6 +256,8 @@ class MapLayout:
             _compare(btf, value_type_id, self.value, "value", problems)
         if problems:
             raise LayoutMismatch(f"map {self.map_name}: layout differs from the BPF object: " + "; ".join(problems))
+        if self.abi is not None:
+            self.abi.check(btf)
 
     def check_object(self, obj: libbpf.BpfObject) -> None:
         m = obj.map(self.map_name)

@@ -2,9 +2,9 @@
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 """Compile BPF C on the host, cached by content hash.
 
-The cache key covers everything that decides the object's bytes: the compiler's identity, the flags, the source
-and every header in the include directories. Objects are written to a temporary name and renamed, so a
-concurrent or interrupted build never leaves a truncated object under a valid key.
+The cache key covers everything that decides the object's bytes: the compiler's identity, the flags, the source,
+the headers next to it and every header in the include directories. Objects are written to a temporary name and
+renamed, so a concurrent or interrupted build never leaves a truncated object under a valid key.
 """
 
 from __future__ import annotations
@@ -50,6 +50,13 @@ def cache_key(source: str, flags: list[str], include_dirs: list[str]) -> str:
     digest.update("\0".join(flags).encode())
     with open(source, "rb") as f:
         digest.update(f.read())
+    # The headers next to the source, which #include "..." finds before the include directories.
+    beside = os.path.dirname(os.path.abspath(source))
+    for name in sorted(os.listdir(beside)):
+        if name.endswith(".h"):
+            digest.update(name.encode())
+            with open(os.path.join(beside, name), "rb") as f:
+                digest.update(f.read())
     for directory in include_dirs:
         for root, dirs, files in os.walk(directory):
             dirs.sort()

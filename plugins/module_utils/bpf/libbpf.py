@@ -28,6 +28,7 @@ XDP_FLAGS_SKB_MODE = 1 << 1
 XDP_FLAGS_DRV_MODE = 1 << 2
 BPF_LINK_TYPE_XDP = 6
 BPF_PROG_TYPE_XDP = 6
+BPF_MAP_TYPE_DEVMAP_HASH = 25
 BPF_TAG_SIZE = 8
 ENOTSUPP = 524  # the kernel's internal "operation not supported", which BPF syscalls leak
 BPF_OBJ_NAME_LEN = 16

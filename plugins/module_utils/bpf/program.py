@@ -23,6 +23,7 @@ import socket
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import declared_enums
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf, MapLayout, set_rodata, shape
 
 PIN_ROOT = "/sys/fs/bpf/xdpfleet"
@@ -207,7 +208,9 @@ def write_state(paths: InstancePaths, state: dict) -> None:
 
 def compatible(pinned: libbpf.MapInfo, pinned_btf: Btf | None, wanted: libbpf.ObjectMap, wanted_btf: Btf) -> bool:
     """Whether the new object can use a pinned map as it is: same kind and sizes and, where both carry BTF, keys and
-    values of the same shape. A struct whose fields moved but whose size did not is a new map, not a misread one."""
+    values of the same shape, and the same numbers for the enums their data planes declare (bpf/abi.py). A struct
+    whose fields moved but whose size did not is a new map, not a misread one; so are counters indexed by a drop
+    reason whose number changed."""
     sizes = (pinned.type, pinned.key_size, pinned.value_size, pinned.max_entries, pinned.map_flags) == (
         wanted.type,
         wanted.key_size,
@@ -217,9 +220,14 @@ def compatible(pinned: libbpf.MapInfo, pinned_btf: Btf | None, wanted: libbpf.Ob
     )
     if not sizes or pinned_btf is None:
         return sizes
-    return (shape(pinned_btf, pinned.btf_key_type_id), shape(pinned_btf, pinned.btf_value_type_id)) == (
+    return (
+        shape(pinned_btf, pinned.btf_key_type_id),
+        shape(pinned_btf, pinned.btf_value_type_id),
+        declared_enums(pinned_btf),
+    ) == (
         shape(wanted_btf, wanted.btf_key_type_id),
         shape(wanted_btf, wanted.btf_value_type_id),
+        declared_enums(wanted_btf),
     )
 
 

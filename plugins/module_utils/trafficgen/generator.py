@@ -25,10 +25,10 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout, TypedMap, set_rodata
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import Probe, xdp_md
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.abi import ABI, TG_DIFFS_MAX, TG_HEADER_MAX
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import Trial
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.templates import Expanded
 
-HEADER_MAX, BASES_MAX, DIFFS_MAX = 128, 8, 8  # bpf/trafficgen/trafficgen.h
 BATCH_MAX = 256  # the kernel's limit for live-frames batches
 CALL_SECONDS = 0.5  # one BPF_PROG_RUN call lasts about this long: the ~24 ms teardown stays under 5%
 FIRST_REPEAT = 1 << 18
@@ -36,7 +36,7 @@ DRAIN_SECONDS = 1.0  # after sending, wait at most this long for frames still on
 
 
 class TgBase(ctypes.Structure):
-    _fields_ = [("header", ctypes.c_uint8 * HEADER_MAX)]
+    _fields_ = [("header", ctypes.c_uint8 * TG_HEADER_MAX)]
 
 
 class TgDiff(ctypes.Structure):
@@ -54,7 +54,7 @@ class TgEntry(ctypes.Structure):
         ("diff_count", ctypes.c_uint8),
         ("frame_len", ctypes.c_uint16),
         ("pad", ctypes.c_uint32),
-        ("diffs", TgDiff * DIFFS_MAX),
+        ("diffs", TgDiff * TG_DIFFS_MAX),
     ]
 
 
@@ -82,8 +82,8 @@ SENDER_LAYOUTS = {
     layout.map_name: layout
     for layout in (
         MapLayout("tg_bases", ctypes.c_uint32, TgBase),
-        MapLayout("tg_entries", ctypes.c_uint32, TgEntry),
-        MapLayout("tg_cpu", ctypes.c_uint32, TgCpu),
+        MapLayout("tg_entries", ctypes.c_uint32, TgEntry, ABI),  # diff sizes
+        MapLayout("tg_cpu", ctypes.c_uint32, TgCpu, ABI),  # header words
         MapLayout("tg_returned", ctypes.c_uint32, TgCounter),
     )
 }

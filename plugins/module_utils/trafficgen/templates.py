@@ -28,9 +28,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-HEADER_MAX = 128  # bytes of a base the sender copies per frame, at most
-DIFFS_MAX = 8
-ENTRIES_MAX = 65536
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.abi import (
+    TG_BASES_MAX,
+    TG_DIFF_U16,
+    TG_DIFF_U32,
+    TG_HEADER_WORD,
+)
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.abi import TG_DIFFS_MAX as DIFFS_MAX
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.abi import TG_ENTRIES_MAX as ENTRIES_MAX
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.abi import TG_HEADER_MAX as HEADER_MAX
+
 VXLAN_PORT = 4789
 FCS_LEN = 4
 
@@ -76,7 +83,7 @@ SCHEMA: dict[str, Any] = {
                  "description": "a name of 1 to 64 letters, digits, '_', '.' or '-'"},
         "frame_size": _int(64, 9018, 64),
         "seed": {"type": "integer", "default": 1},
-        "packets": {"type": "array", "minItems": 1, "maxItems": 8, "items": {"$ref": "#/$defs/packet"}},
+        "packets": {"type": "array", "minItems": 1, "maxItems": TG_BASES_MAX, "items": {"$ref": "#/$defs/packet"}},
         "variations": {"type": "array", "maxItems": 4, "items": {"$ref": "#/$defs/variation"}},
     },
     "$defs": {
@@ -348,7 +355,7 @@ def _check(doc: Any) -> _Plan:
         frame_len = packet.get("frame_size", doc.get("frame_size", 64)) - FCS_LEN
         layouts.append(_Layout(kinds, offsets, sum(_LENGTH[k] for k in kinds), frame_len))
         errors += _check_packet(packet, f"packets[{j}]", layouts[-1])
-    window = min(HEADER_MAX, -(-max(layout.header_len for layout in layouts) // 8) * 8)
+    window = min(HEADER_MAX, -(-max(layout.header_len for layout in layouts) // TG_HEADER_WORD) * TG_HEADER_WORD)
     rules = []
     for i, rule in enumerate(doc.get("variations", [])):
         if clean("variations", i):
@@ -447,7 +454,8 @@ def _writes(base: bytes, head: bytearray) -> tuple[Diff, ...]:
     while i < len(changed):
         w = changed[i]
         pair = i + 1 < len(changed) and changed[i + 1] == w + 2 and w + 4 <= len(head)
-        diffs.append(Diff(w, bytes(head[w : w + (4 if pair else 2)])))  # an odd frame's last write is 1 byte
+        size = TG_DIFF_U32 if pair else TG_DIFF_U16
+        diffs.append(Diff(w, bytes(head[w : w + size])))  # an odd frame's last write is 1 byte (TG_DIFF_U8)
         i += 2 if pair else 1
     return tuple(diffs)
 

@@ -33,16 +33,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import schema as schema_words
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
+    VTEP_MAX_IFINDEX,
+    VTEP_MAX_MEMBERS,
+    VTEP_MAX_PORTS,
+    VTEP_MAX_VNIS,
+    VXLAN_OVERHEAD,
+)
 
-# Data plane limits and sizes: keep equal to bpf/vtep/vtep.h (tests/unit/test_vtep_config.py compares them).
-VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 VLAN_TAG_LEN = 4
-VTEP_MAX_PORTS = 256
-VTEP_MAX_IFINDEX = 16384  # port_config is an array indexed by ifindex
-VTEP_MAX_VNIS = 4096
-VTEP_MAX_MEMBERS = 256  # devmap entries per VNI: local ports plus remote peers
-VTEP_MAX_PEERS = 65536  # tunnel_peers entries, all VNIs together
-
 VNI_MIN, VNI_MAX = 1, 16777215
 VID_MIN, VID_MAX = 1, 4094
 IFNAME_MAX = 15  # IFNAMSIZ - 1

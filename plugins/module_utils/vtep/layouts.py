@@ -1,8 +1,8 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
-"""The VTEP's maps as the data plane declares them (bpf/vtep/vtep.h): the constants both sides use, the key and
-value layouts (ctypes, checked against the object's BTF before anything is written), which maps hold the
-configuration, and how values are encoded (addresses in network order, member keys of remote peers).
+"""The VTEP's maps as the data plane declares them (bpf/vtep/vtep.h): the key and value layouts (ctypes, checked
+against the object's BTF, with the numbers of vtep/abi.py, before anything is written), which maps hold the
+configuration, and how values are encoded (addresses in network order).
 
 Nothing here reads or writes a map: plan.py compiles contents in these layouts, writer.py writes them.
 """
@@ -13,37 +13,12 @@ import ctypes
 import socket
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VTEP_MAX_MEMBERS
-
-# --- Constants shared with bpf/vtep/vtep.h ----------------------------------------------------------------------
-
-PORT_ACCESS, PORT_TRUNK, PORT_TUNNEL = 1, 2, 3
-PORT_KINDS = {PORT_ACCESS: "access", PORT_TRUNK: "trunk", PORT_TUNNEL: "tunnel"}
-VTEP_SMALL_GROUP = 16  # bpf/vtep/vtep.h; the other limits come with the configuration's rules
-PEER_MEMBER_BIT = 1 << 31
-DROP_REASONS = (
-    "malformed",
-    "untagged",
-    "vid_reserved",
-    "vid_unknown",
-    "qinq",
-    "not_admitted",
-    "not_peer",
-    "no_group",
-    "vid_mismatch",
-    "mtu",
-    "no_peer",
-    "not_member",
-    "bad_command",
-    "split_horizon",
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
+    ABI,
+    DROP_REASONS,
+    VTEP_MAX_MEMBERS,
+    VTEP_SMALL_GROUP,
 )
-BPF_MAP_TYPE_DEVMAP_HASH = 25
-
-
-def peer_member_key(ifindex: int, copy: int) -> int:
-    """The devmap key of a remote peer's entry: one entry per copy a tunnel port sends of each frame."""
-    return PEER_MEMBER_BIT | (ifindex << 16) | copy
-
 
 # --- Key and value layouts --------------------------------------------------------------------------------------
 
@@ -115,17 +90,18 @@ class DevmapVal(ctypes.Structure):
     _fields_ = [("ifindex", ctypes.c_uint32), ("prog", ctypes.c_uint32)]
 
 
+# The maps whose contents are read by the ABI's enums (port kinds, drop reasons) check its numbers with them.
 LAYOUTS = {
     layout.map_name: layout
     for layout in (
-        MapLayout("port_config", ctypes.c_uint32, PortConfig),
+        MapLayout("port_config", ctypes.c_uint32, PortConfig, ABI),
         MapLayout("vlan_bindings", VlanKey, VniRef),
         MapLayout("port_vnis", PortVniKey, PortVni),
         MapLayout("tunnel_peers", ctypes.c_uint32, PeerValue),
         MapLayout("vni_tunnels", ctypes.c_uint32, VniTunnel),
         MapLayout("peer_admission", PeerAddrKey, ctypes.c_uint32),
-        MapLayout("vni_stats", ctypes.c_uint32, TrafficStats),
-        MapLayout("port_stats", ctypes.c_uint32, TrafficStats),
+        MapLayout("vni_stats", ctypes.c_uint32, TrafficStats, ABI),
+        MapLayout("port_stats", ctypes.c_uint32, TrafficStats, ABI),
     )
 }
 

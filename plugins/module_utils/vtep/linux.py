@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import VXLAN_PORT
 
 try:
     from pyroute2 import IPRoute
@@ -40,7 +41,6 @@ except ImportError:  # the module reports this with missing_required_lib
         pass
 
 
-VXLAN_PORT = 4789
 ZERO_MAC = "00:00:00:00:00:00"
 BRIDGE_PREFIX = "xbr"
 VXLAN_PREFIX = "xvx"

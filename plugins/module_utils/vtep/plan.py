@@ -17,17 +17,18 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass, field
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
-    VTEP_MAX_PEERS,
-    VTEP_MAX_PORTS,
-    VTEP_MAX_VNIS,
-    VtepConfig,
-)
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
-    CONFIG_MAPS,
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
     PORT_ACCESS,
     PORT_TRUNK,
     PORT_TUNNEL,
+    VTEP_MAX_PEERS,
+    VTEP_MAX_PORTS,
+    VTEP_MAX_VNIS,
+    peer_member_key,
+)
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
+    CONFIG_MAPS,
     PeerAddrKey,
     PeerValue,
     PortConfig,
@@ -39,7 +40,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts impor
     group_class,
     ip_be,
     mac_bytes,
-    peer_member_key,
 )
 
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import ctypes
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import PORT_KINDS, PORT_TUNNEL
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
-    PORT_KINDS,
-    PORT_TUNNEL,
     PeerValue,
     PortConfig,
     PortVni,

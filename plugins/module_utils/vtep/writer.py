@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.libbpf import BPF_MAP_TYPE_DEVMAP_HASH
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import plan
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import DROP_REASONS
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
     ARRAY_MAPS,
-    BPF_MAP_TYPE_DEVMAP_HASH,
     CONFIG_MAPS,
-    DROP_REASONS,
     GROUP_CAPACITY,
     GROUP_MAPS,
     LAYOUTS,

@@ -1,0 +1,130 @@
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+"""The VTEP data plane's numbers, declared once for C and Python: the limits its maps are sized by (a document is
+validated against them before anything on a host changes), what a port's kind and a drop reason's number mean,
+and how a remote peer's devmap key is made.
+
+bpf/vtep/vtep_abi.h is generated from this file (`make abi`), and bpf/vtep/vtep.h includes it. The map layouts in
+layouts.py carry ABI, so loading the object, and reading a deployed VTEP's pinned maps, checks these numbers against
+the BTF (see bpf/abi.py). Nothing here needs the object: validation and vtep_info use the numbers without one.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi
+
+LIMITS = abi.Enum(
+    "vtep_limits",
+    "Sizes and limits: the maps are sized by them, and a configuration is validated against them.",
+    (
+        ("VXLAN_PORT", 4789, "the UDP destination port of VXLAN (IANA)"),
+        ("VXLAN_OVERHEAD", 50, "outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8"),
+        ("VTEP_MAX_PORTS", 256, "ports of all kinds: the slots of port_stats, copy_state and header_cache"),
+        (
+            "VTEP_MAX_IFINDEX",
+            16384,
+            "port_config is an array indexed by ifindex (an index, not a hash lookup, on the per-frame and "
+            "per-copy paths): a VTEP port's ifindex must be below this",
+        ),
+        ("VTEP_MAX_VNIS", 4096, "the slots of vni_stats, and the groups of each group map"),
+        ("VTEP_MAX_MEMBERS", 256, "devmap entries per VNI: local ports plus remote peers"),
+        (
+            "VTEP_MAX_PEERS",
+            65536,
+            "tunnel_peers entries, all VNIs and tunnel ports together (16 per VNI on average)",
+        ),
+        (
+            "VTEP_SMALL_GROUP",
+            16,
+            "Broadcast walks every bucket of a DEVMAP_HASH, so a group's capacity costs per frame: groups of up to "
+            "this many members live in maps of that size (vni_flood, vni_local), larger ones in the *_large maps",
+        ),
+    ),
+)
+VXLAN_PORT = LIMITS["VXLAN_PORT"]
+VXLAN_OVERHEAD = LIMITS["VXLAN_OVERHEAD"]
+VTEP_MAX_PORTS = LIMITS["VTEP_MAX_PORTS"]
+VTEP_MAX_IFINDEX = LIMITS["VTEP_MAX_IFINDEX"]
+VTEP_MAX_VNIS = LIMITS["VTEP_MAX_VNIS"]
+VTEP_MAX_MEMBERS = LIMITS["VTEP_MAX_MEMBERS"]
+VTEP_MAX_PEERS = LIMITS["VTEP_MAX_PEERS"]
+VTEP_SMALL_GROUP = LIMITS["VTEP_SMALL_GROUP"]
+
+PORT_KIND = abi.Enum(
+    "port_kind",
+    "port_config[ifindex].kind: what the VTEP does with a port's frames.",
+    (
+        ("PORT_NONE", 0, "not a VTEP port"),
+        ("PORT_ACCESS", 1, "fixed VNI: every frame belongs to port_config.vni, tags pass untouched"),
+        ("PORT_TRUNK", 2, "VLAN-aware: (ifindex, VID) selects the VNI; only single 802.1Q tags"),
+        ("PORT_TUNNEL", 3, "VXLAN underlay: decap on ingress, encap per peer on egress"),
+    ),
+)
+PORT_NONE = PORT_KIND["PORT_NONE"]
+PORT_ACCESS = PORT_KIND["PORT_ACCESS"]
+PORT_TRUNK = PORT_KIND["PORT_TRUNK"]
+PORT_TUNNEL = PORT_KIND["PORT_TUNNEL"]
+PORT_KINDS = {kind: label for kind, label in PORT_KIND.labels("PORT_").items() if kind != PORT_NONE}
+
+DROP_REASON = abi.Enum(
+    "drop_reason",
+    "Drop reasons, counted per port and, where the VNI is known, per VNI: traffic_stats.drops[reason].",
+    (
+        ("DROP_MALFORMED", 0, "truncated Ethernet, IP or VXLAN header"),
+        ("DROP_UNTAGGED", 1, "trunk: no 802.1Q tag"),
+        ("DROP_VID_RESERVED", 2, "trunk: VID 0 or 4095"),
+        ("DROP_VID_UNKNOWN", 3, "trunk: no binding for (port, VID)"),
+        ("DROP_QINQ", 4, "trunk: 802.1ad outer tag, or a second tag"),
+        ("DROP_NOT_ADMITTED", 5, "tunnel: VNI not admitted on this port"),
+        ("DROP_NOT_PEER", 6, "tunnel: outer source is not a peer of the VNI"),
+        ("DROP_NO_GROUP", 7, "no replication group for the VNI"),
+        ("DROP_VID_MISMATCH", 8, "egress: trunk copy without the VNI's VID"),
+        ("DROP_MTU", 9, "egress: the encapsulated copy exceeds the tunnel port's MTU"),
+        ("DROP_NO_PEER", 10, "egress: more copies than peers on the port (during an update)"),
+        ("DROP_NOT_MEMBER", 11, "egress: port is not a member of the copy's VNI"),
+        ("DROP_BAD_COMMAND", 12, "egress: no valid command"),
+        ("DROP_SPLIT_HORIZON", 13, "egress: a decapsulated frame towards a tunnel"),
+    ),
+    count="DROP_REASONS",
+)
+DROP_REASONS = tuple(DROP_REASON.labels("DROP_").values())  # the counters' names, by reason number
+
+PEER_MEMBER = abi.Enum(
+    "peer_member",
+    "A VNI's group (a DEVMAP_HASH) is keyed by member: a local port by its ifindex, a remote peer by a member "
+    "key made of PEER_MEMBER_BIT, the tunnel port's ifindex and the copy number, one entry per copy the port "
+    "sends of each frame (see peer_member_key).",
+    (
+        ("PEER_MEMBER_BIT", 1 << 31, "set in a peer's key only: an ifindex is below VTEP_MAX_IFINDEX"),
+        ("PEER_MEMBER_IFINDEX_SHIFT", 16, "the tunnel port's ifindex sits above the copy number"),
+    ),
+)
+PEER_MEMBER_BIT = PEER_MEMBER["PEER_MEMBER_BIT"]
+PEER_MEMBER_IFINDEX_SHIFT = PEER_MEMBER["PEER_MEMBER_IFINDEX_SHIFT"]
+
+
+def peer_member_key(ifindex: int, copy: int) -> int:
+    """The devmap key of a remote peer's entry: one entry per copy a tunnel port sends of each frame."""
+    return PEER_MEMBER_BIT | (ifindex << PEER_MEMBER_IFINDEX_SHIFT) | copy
+
+
+# The same encoding in C, and the limits that keep its parts apart.
+_PEER_MEMBER_KEY_C = """\
+/* The devmap key of a remote peer's entry (see enum peer_member). */
+static inline __u32 peer_member_key(__u32 ifindex, __u32 copy)
+{
+	return PEER_MEMBER_BIT | ifindex << PEER_MEMBER_IFINDEX_SHIFT | copy;
+}
+
+_Static_assert(VTEP_MAX_IFINDEX <= 1u << (31 - PEER_MEMBER_IFINDEX_SHIFT), "a peer's ifindex stays below the bit");
+_Static_assert(VTEP_MAX_MEMBERS <= 1u << PEER_MEMBER_IFINDEX_SHIFT, "a copy number stays below the ifindex");
+"""
+
+ABI = abi.Abi(
+    name="vtep",
+    header="bpf/vtep/vtep_abi.h",
+    source="plugins/module_utils/vtep/abi.py",
+    doc="The VXLAN VTEP's limits, enums and encodings, shared by the data plane and user space.",
+    enums=(LIMITS, PORT_KIND, DROP_REASON, PEER_MEMBER),
+    c_helpers=_PEER_MEMBER_KEY_C,
+)

@@ -1,0 +1,188 @@
+"""One source for each C/Python interface: a data plane's numbers are declared in plugins/module_utils/<plane>/abi.py,
+its committed C header is what that declaration renders, and the objects compiled from its C carry the same numbers
+in their BTF, which the map layouts check before a load.
+
+No root and no kernel: clang compiles, and libbpf only opens the objects (reading their BTF needs no load).
+"""
+
+import dataclasses
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "collection"))
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi, libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import abi as vtep_abi
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts as vtep_layouts
+
+ABIS = {found.name: found for found in abi.collection_abis(str(REPO))}
+
+
+def compile_in(tree: Path, source: str, cache: Path) -> str:
+    path, _ = bpf_build.compile_object(str(tree / source), str(cache), [str(tree / "bpf" / "include")])
+    return path
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("bpfcache")
+
+
+def test_every_data_plane_with_shared_numbers_declares_them():
+    assert sorted(ABIS) == ["trafficgen", "vtep"]
+    for declared in ABIS.values():
+        assert (REPO / declared.source).is_file(), declared.source
+
+
+@pytest.mark.parametrize("name", sorted(ABIS))
+def test_the_committed_header_is_what_python_renders(name):
+    declared = ABIS[name]
+    assert (REPO / declared.header).read_text() == declared.render(), (
+        f"{declared.header} differs from {declared.source}: run `make abi`"
+    )
+
+
+def test_every_generated_header_has_its_declaration():
+    assert sorted(str(p.relative_to(REPO)) for p in REPO.glob("bpf/*/*_abi.h")) == sorted(
+        a.header for a in ABIS.values()
+    )
+
+
+def objects_of(declared: abi.Abi) -> list[str]:
+    """The data plane's C programs: every .c next to its generated header."""
+    return sorted(str(p.relative_to(REPO)) for p in (REPO / declared.header).parent.glob("*.c"))
+
+
+@pytest.mark.parametrize("name", sorted(ABIS))
+def test_compiled_objects_carry_the_python_numbers_in_their_btf(name, cache):
+    declared = ABIS[name]
+    assert objects_of(declared)
+    for source in objects_of(declared):
+        with libbpf.BpfObject(compile_in(REPO, source, cache)) as obj:
+            declared.check_object(obj)
+            assert set(abi.declared_enums(Btf(obj.btf))) == {enum.name for enum in declared.enums}, source
+
+
+def edited_tree(tmp_path: Path, header: str, edits: dict[str, str]) -> Path:
+    """A copy of bpf/ with lines of a generated header replaced, as by hand."""
+    tree = tmp_path / "tree"
+    shutil.copytree(REPO / "bpf", tree / "bpf")
+    text = (tree / header).read_text()
+    for old, new in edits.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    (tree / header).write_text(text)
+    return tree
+
+
+@pytest.mark.parametrize(
+    ("source", "layout", "first", "second", "numbers"),
+    [
+        ("bpf/vtep/vtep.c", vtep_layouts.LAYOUTS["port_stats"], "DROP_MTU", "DROP_NO_PEER", (9, 10)),
+        ("bpf/trafficgen/sender.c", tg.SENDER_LAYOUTS["tg_entries"], "TG_DIFF_U16", "TG_DIFF_U32", (2, 4)),
+    ],
+    ids=["vtep", "trafficgen"],
+)
+def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
+    tmp_path, cache, source, layout, first, second, numbers
+):
+    """A header edited by hand (or an object from another version) numbers two members the other way round: the
+    layout check that runs before every load refuses the object, naming both, where the data plane would otherwise
+    mislabel every drop counter or write the wrong bytes."""
+    a, b = numbers
+    header = layout.abi.header
+    tree = edited_tree(
+        tmp_path, header, {f"\t{first} = {a},": f"\t{first} = {b},", f"\t{second} = {b},": f"\t{second} = {a},"}
+    )
+    assert (tree / header).read_text() != layout.abi.render()
+    with libbpf.BpfObject(compile_in(tree, source, cache)) as obj, pytest.raises(abi.AbiMismatch) as caught:
+        layout.check_object(obj)
+    enum = next(e.name for e in layout.abi.enums if first in e.values())
+    assert str(caught.value) == (
+        f"the {layout.abi.name} data plane's numbers differ between {layout.abi.source} and the BPF object's BTF: "
+        f"enum {enum}: {first} is {a} in Python, {b} in the object; "
+        f"enum {enum}: {second} is {b} in Python, {a} in the object"
+    )
+
+
+def test_a_python_declaration_out_of_step_with_the_object_fails(cache):
+    path = compile_in(REPO, "bpf/vtep/vtep.c", cache)
+    members = {m[0]: m for m in vtep_abi.PORT_KIND.members}
+    reordered = dataclasses.replace(
+        vtep_abi.PORT_KIND,
+        members=(members["PORT_NONE"], ("PORT_TRUNK", 1, ""), ("PORT_ACCESS", 2, ""), members["PORT_TUNNEL"]),
+    )
+    grown = dataclasses.replace(vtep_abi.LIMITS, members=(*vtep_abi.LIMITS.members, ("VTEP_MAX_TRUNKS", 64, "")))
+    changed = dataclasses.replace(vtep_abi.ABI, enums=(reordered, grown))
+    with libbpf.BpfObject(path) as obj:
+        assert changed.problems(Btf(obj.btf)) == [
+            "enum port_kind: PORT_TRUNK is 1 in Python, 2 in the object",
+            "enum port_kind: PORT_ACCESS is 2 in Python, 1 in the object",
+            "enum vtep_limits: VTEP_MAX_TRUNKS only in Python",
+        ]
+    assert changed.render() != (REPO / vtep_abi.ABI.header).read_text()
+
+
+def test_an_object_without_the_header_is_refused(cache):
+    path = compile_in(REPO, "bpf/counter/counter.c", cache)
+    with libbpf.BpfObject(path) as obj:
+        assert vtep_abi.ABI.problems(Btf(obj.btf)) == [
+            "it declares no enums (no section .xdpfleet_abi): it was not built with bpf/vtep/vtep_abi.h"
+        ]
+
+
+def test_python_reads_the_counters_by_the_c_names():
+    assert vtep_abi.DROP_REASONS[:3] == ("malformed", "untagged", "vid_reserved")
+    assert len(vtep_abi.DROP_REASONS) == vtep_abi.DROP_REASON["DROP_REASONS"] == 14
+    assert vtep_abi.DROP_REASONS[vtep_abi.DROP_REASON["DROP_SPLIT_HORIZON"]] == "split_horizon"
+    assert vtep_abi.PORT_KINDS == {1: "access", 2: "trunk", 3: "tunnel"}
+    assert vtep_layouts.TrafficStats.drops.size == 8 * len(vtep_abi.DROP_REASONS)
+
+
+def test_peer_member_keys_never_meet_a_port_or_each_other():
+    """Every key decodes back to its (ifindex, copy) within the limits, and has the bit no ifindex has."""
+    shift = vtep_abi.PEER_MEMBER_IFINDEX_SHIFT
+    for ifindex in (1, 2, vtep_abi.VTEP_MAX_IFINDEX - 1):
+        for copy in (0, 1, vtep_abi.VTEP_MAX_MEMBERS - 1):
+            key = vtep_abi.peer_member_key(ifindex, copy)
+            assert key < 1 << 32 and key & vtep_abi.PEER_MEMBER_BIT
+            assert ((key & ~vtep_abi.PEER_MEMBER_BIT) >> shift, key & ((1 << shift) - 1)) == (ifindex, copy)
+    assert vtep_abi.VTEP_MAX_IFINDEX <= vtep_abi.PEER_MEMBER_BIT
+
+
+def test_enum_declarations_are_checked():
+    with pytest.raises(ValueError, match=r"counted by N, so its values must be 0\.\.n-1"):
+        abi.Enum("e", "", (("A", 0, ""), ("B", 2, "")), count="N")
+    with pytest.raises(ValueError, match="a name is declared twice"):
+        abi.Enum("e", "", (("A", 0, ""), ("A", 1, "")))
+    with pytest.raises(ValueError, match="A = 4294967296 is not a 32-bit unsigned value"):
+        abi.Enum("e", "", (("A", 1 << 32, ""),))
+    assert abi.Enum("e", "", (("E_B", 1, ""), ("E_A", 0, ""))).labels("E_") == {0: "a", 1: "b"}
+
+
+@pytest.mark.parametrize("name", sorted(ABIS))
+def test_generated_headers_keep_to_the_line_width(name):
+    for line in ABIS[name].render().splitlines():
+        assert len(line.expandtabs(8)) <= abi.LINE_WIDTH, line
+
+
+def test_counter_is_read_by_the_names_its_btf_gives(cache):
+    """The counter shares no numbers with Python: bpf_map_info decodes its map by BTF and set_rodata finds its
+    knob by name. What the xdp_counter role names must therefore be in the object's BTF."""
+    tasks = REPO / "roles" / "xdp_counter" / "tasks"
+    read = yaml.safe_load((tasks / "read.yml").read_text())[0]["xdpfleet.fabric.bpf_map_info"]
+    attach = yaml.safe_load((tasks / "main.yml").read_text())[0]["xdpfleet.fabric.xdp_program"]
+    with libbpf.BpfObject(compile_in(REPO, "bpf/counter/counter.c", cache)) as obj:
+        btf = Btf(obj.btf)
+        counters = obj.map(read["map"])
+        fields = [name for name, *_ in btf.struct_members(counters.btf_value_type_id)]
+        assert fields == ["packets", "bytes"]  # xdp_counter_totals and the site report read these
+        assert set(attach["constants"]) <= set(btf.datasec_vars(".rodata"))
