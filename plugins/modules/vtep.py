@@ -18,9 +18,9 @@ description:
     VNI. Decapsulated frames go only to local members (split horizon).
   - The document is validated before anything changes, by a JSON Schema and by the rules a schema cannot
     express. Every error names the field and the rule.
-  - Apply compiles the document into map contents and reads the pinned maps. It writes only the difference,
+  - "Apply compiles the document into map contents and reads the pinned maps. It writes only the difference,
     adding members before removing others, so a VID-to-VNI change needs no reload. It reports C(changed=false)
-    when nothing differs, and the diff in words ("VNI 100 + peer 198.51.100.34 via uplink0").
+    when nothing differs, and the diff in words (C(+VNI 100: access port acc100))."
   - Unchanged (seed) behaviour, kept on purpose. Every frame of a VNI is flooded to its members; there is no MAC
     learning. 802.1Q tags travel inside the Inner, so all VLAN-aware ports of one VNI use the same VID.
 extends_documentation_fragment:
@@ -72,8 +72,8 @@ attributes:
   diff_mode:
     support: full
     description:
-      - "The configuration in words, before and after, per VNI: a peer added shows as C(+VNI 100: peer
-        198.51.100.130 via uplink0 (02:00:00:00:01:30)), an access port removed as C(-VNI 100: access port acc100).
+      - "The configuration in words, before and after, per VNI: an access port added shows as C(+VNI 100: access
+        port acc100), a peer removed as C(-VNI 200: peer 198.51.100.130 via uplink0) followed by its next-hop MAC.
         Then per port the ingress program before and after."
 seealso:
   - module: xdpfleet.fabric.xdp_program

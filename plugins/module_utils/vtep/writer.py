@@ -250,7 +250,7 @@ def update(
             writer.apply(difference)
         try:
             yield Update(current, desired, difference)
-        except BaseException:
+        except BaseException:  # also an interrupt: the maps go back to what the previous configuration wrote
             writer.rollback()
             raise
 
