@@ -21,8 +21,8 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import (
     L1_OVERHEAD_BYTES,
-    VIRTUAL_LINK_DRIVERS,
     Trial,
+    is_virtual_link,
     line_rate_pps,
     line_rate_speed_mbps,
 )
@@ -103,7 +103,7 @@ class Pair:
 
     @property
     def virtual_link(self) -> bool:
-        return self.driver in VIRTUAL_LINK_DRIVERS
+        return is_virtual_link(self.driver)
 
     @property
     def line_rate_mbps(self) -> int | None:
@@ -298,8 +298,8 @@ def _environment_table(pair: Pair) -> list[str]:
         for end in ends:
             value = end.environment.get(key) if end else None
             if key == "speed_mbps" and value is not None:
-                virtual = end.environment.get("driver") in VIRTUAL_LINK_DRIVERS
-                cells.append(_speed(value) + (" (nominal: a virtual link)" if virtual else ""))
+                nominal = is_virtual_link(end.environment.get("driver"))
+                cells.append(_speed(value) + (" (nominal: a virtual link)" if nominal else ""))
             elif key == "cmdline" and value:
                 cells.append(f"`{_cell(value)}`")
             else:

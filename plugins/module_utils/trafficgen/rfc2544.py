@@ -24,10 +24,14 @@ VIRTUAL_LINK_DRIVERS = frozenset(
 )
 
 
+def is_virtual_link(driver: str | None) -> bool:
+    return driver in VIRTUAL_LINK_DRIVERS
+
+
 def line_rate_speed_mbps(driver: str | None, speed_mbps: int | None) -> int | None:
     """The speed a link's line rate follows from; None when it has no line rate (a virtual link, whatever speed it
     reports) or its speed is unknown."""
-    if driver in VIRTUAL_LINK_DRIVERS or not speed_mbps or speed_mbps <= 0:
+    if is_virtual_link(driver) or not speed_mbps or speed_mbps <= 0:
         return None
     return speed_mbps
 
