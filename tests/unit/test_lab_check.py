@@ -14,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lablib import REPO, Lab, run_playbook
 
+from ansible_collections.xdpfleet.fabric.plugins.filter.lab_host_problem import lab_host_problem
+
 CHECK_TASK = "Check that this lab host is running"
 # ansible's SSH connect timeout is 10 s: a run that reaches for the hosts takes at least that.
 AT_ONCE_SECONDS = 8
@@ -77,3 +79,17 @@ def test_any_other_inventory_is_left_alone():
     result = run_playbook(REPO / "playbooks" / "lab_check.yml", REPO / "inventories" / "examples" / "vtep-fleet")
     assert result.rc == 0, result
     assert {task["status"] for task in result.results(task=CHECK_TASK)} == {"skipped"}
+
+
+def test_what_the_filter_says_of_a_record_that_does_not_match(tmp_path):
+    lab_dir = tmp_path / "lab"
+    lab_dir.mkdir()
+    state = lab_dir / "state.json"
+    state.write_text(json.dumps({"status": "building", "hosts": {}}))
+    building = f"the lab in {lab_dir} is 'building', not 'up' (its start was interrupted)"
+    assert lab_host_problem(str(lab_dir), "a") == building
+    state.write_text(json.dumps({"status": "up", "hosts": {"a": {"pid": 0, "mgmt_ip": "198.51.100.2"}}}))
+    assert lab_host_problem(str(lab_dir), "e1") == f"host 'e1' is not a host of the lab in {lab_dir}"
+    assert lab_host_problem(str(lab_dir), "a", "198.51.100.3") == (
+        f"host 'a' of the lab in {lab_dir} listens on 198.51.100.2, not on 198.51.100.3"
+    )
