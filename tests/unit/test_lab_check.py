@@ -5,7 +5,6 @@ inventory as the tests' labs write it; no lab is brought up, and no host is cont
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,6 @@ from lablib import REPO, Lab, run_playbook
 from ansible_collections.xdpfleet.fabric.plugins.filter.lab_host_problem import lab_host_problem
 
 CHECK_TASK = "Check that this lab host is running"
-# ansible's SSH connect timeout is 10 s: a run that reaches for the hosts takes at least that.
-AT_ONCE_SECONDS = 8
 
 
 @pytest.fixture
@@ -45,9 +42,7 @@ def check_failures(result) -> dict[str, str]:
 
 @pytest.mark.parametrize("playbook", ["site.yml", "playbooks/vtep.yml", "playbooks/teardown.yml"])
 def test_a_lab_that_is_not_up_fails_at_once_saying_how_to_bring_it_up(lab, playbook):
-    start = time.monotonic()
     result = lab.run_playbook(playbook)
-    seconds = time.monotonic() - start
     assert result.rc != 0, result
     hosts = [host["name"] for host in lab.hosts]
     failures = check_failures(result)
@@ -55,9 +50,9 @@ def test_a_lab_that_is_not_up_fails_at_once_saying_how_to_bring_it_up(lab, playb
     for message in failures.values():
         assert message.startswith(f"The lab is not up (no lab is recorded in {lab.lab_dir}). Bring it up with")
         assert f"ansible-playbook -i {lab.inventory} {REPO}/playbooks/lab.yml" in message
-    assert all(stats["unreachable"] == 0 for stats in result.stats.values()), "no host was contacted"
-    assert [task["task"] for task in result.tasks] == [CHECK_TASK] * len(hosts), "nothing ran after the check"
-    assert seconds < AT_ONCE_SECONDS, f"{seconds:.1f} s"
+    # At once: no host was contacted (each would wait out SSH's 10 s connect timeout), nothing ran after the check.
+    assert all(stats["unreachable"] == 0 for stats in result.stats.values())
+    assert [task["task"] for task in result.tasks] == [CHECK_TASK] * len(hosts)
 
 
 def test_a_host_whose_processes_are_gone_is_named(lab):
