@@ -15,6 +15,8 @@ description:
     controller, C(perf.json) (the input, with the title and C(generated_at)), C(perf.md) (per pair the
     environment of both ends and a table by frame size) and C(perf-<pair name>.png) per pair (Mpps by frame size
     of the zero-loss throughput, of what came back unpaced, and the line rate of the link speed).
+  - A virtual link (a veth, virtio_net, tun or another driver without a wire of its own) has no line rate, whatever
+    speed it reports, so its table and plot show none and say so.
   - In C(perf.md), zero-loss Gbit/s is layer 1 (each frame counted with 20 bytes of preamble, start delimiter and
     inter-frame gap) and loss at max is the unpaced trial's.
   - Runs once per play, whatever the number of hosts, and never connects to a host.

@@ -5,7 +5,7 @@
 DOCUMENTATION = r"""
 ---
 module: trafficgen
-short_description: XDP traffic generator, live-frames sender and echo server (seed 003, XDPerf)
+short_description: XDP traffic generator, live-frames sender and echo server
 version_added: "0.1.0"
 description:
   - I(mode=echo) keeps the echo server attached to an interface (C(bpf/trafficgen/echo.c), through a pinned bpf_link
@@ -27,6 +27,11 @@ description:
     interface). Run it with C(async) and poll, and stop it with I(state=absent) (the orchestration in role
     C(xdpfleet.fabric.perf_pair) does both).
   - Check mode validates the template, runs the checks and sends nothing.
+seealso:
+  - name: XDPerf
+    description: The XDP traffic generator whose design (base packets and per-frame differences written by XDP,
+      live-frames transmit, an echo server) this module follows.
+    link: https://github.com/takehaya/xdperf
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
 author:

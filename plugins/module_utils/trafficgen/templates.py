@@ -4,7 +4,7 @@
 
 The XDP sender picks entry k round robin, copies the first header_len bytes of the entry's base packet into the
 frame, writes the entry's few diffs (offset, 1/2/4 bytes) and trims the frame to the base's length; everything
-else happens here, once, on the host (XDPerf's "base packet + diffs" design, seed 003):
+else happens here, once, on the host (the "base packet + diffs" design of XDPerf's template engine):
 
     name: udp4-64flows
     frame_size: 64                 # on the wire, FCS included (RFC 2544)

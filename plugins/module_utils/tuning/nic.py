@@ -141,7 +141,7 @@ PROFILES = {
             r"^ice-{ifname}-TxRx-\d+(-\d+)?$",  # in-tree: TxRx-N; out-of-tree ice 1.16: TxRx-N-M
             {"channels": {"combined": "numa_local"}, "irq_affinity": "numa_local"},
             "Intel E810. One queue pair per NUMA-local core, each queue's IRQ on its own core. ice has no LRO; XDP "
-            "gets its own TX queue per CPU. Add iommu=pt to the kernel command line (seed 003: 42.3 -> 115.8 Mpps).",
+            "gets its own TX queue per CPU. Add iommu=pt to the kernel command line (XDPerf: 42.3 -> 115.8 Mpps).",
         ),
         Profile(
             "mlx5_core",
