@@ -56,7 +56,7 @@ def runtime_unions(path: Path) -> list[str]:
     return [
         f"{path}:{node.lineno}:{node.col_offset + 1}: `{ast.unparse(node)}` is a union of types evaluated at run "
         "time, which Python 3.9 cannot do: use a tuple (isinstance) or typing.Union"
-        for node in ors
+        for node in sorted(ors, key=lambda node: (node.lineno, node.col_offset))
         if id(node) not in skipped and _is_type(node)
     ]
 
