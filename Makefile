@@ -86,8 +86,9 @@ lint: deps sanity
 
 # ansible-test sanity on the collection as built (collection/sanity/run.sh), every test ansible-test 2.19 has for a
 # collection: all of them run offline here (their requirements come from the package index; the pip bootstrap
-# ansible-test would download is replaced by collection/sanity/get_pip_offline.py). About 40 s when ansible-test's
-# virtual environments exist (~/.ansible/test/venv), about 2.5 min on a new machine that creates them.
+# ansible-test would download is replaced by collection/sanity/get_pip_offline.py). On an idle machine about 40 s
+# when ansible-test's virtual environments exist (~/.ansible/test/venv), 2.5 min when it creates them; pylint is
+# most of it.
 SANITY_ARGS ?=
 sanity: deps
 	$(CURDIR)/collection/sanity/run.sh --output-path $(BUILD_DIR)/sanity $(SANITY_ARGS)

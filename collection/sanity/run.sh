@@ -35,7 +35,8 @@ fi
 cache="$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py"
 if ! cmp -s "$here/get_pip_offline.py" "$cache"; then
     mkdir -p "$(dirname "$cache")"
-    cp "$here/get_pip_offline.py" "$cache"
+    cp "$here/get_pip_offline.py" "$cache.$$"
+    mv -f "$cache.$$" "$cache"  # whole or not at all, for an ansible-test of another checkout running now
 fi
 
 ANSIBLE_GALAXY=${ANSIBLE_GALAXY:-$(dirname "$ansible_test")/ansible-galaxy} \
