@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -115,7 +115,7 @@ _KINDS = {
     "a string": lambda value: isinstance(value, str),
     # bool is an int to Python, never to a report.
     "an integer": lambda value: isinstance(value, int) and not isinstance(value, bool),
-    "a number": lambda value: isinstance(value, int | float) and not isinstance(value, bool),
+    "a number": lambda value: isinstance(value, (int, float)) and not isinstance(value, bool),
     "a mapping": lambda value: isinstance(value, Mapping),
     "a list": lambda value: isinstance(value, list),
 }
@@ -158,7 +158,7 @@ def _parse_environment(raw: Mapping, path: str) -> Mapping:
     if not environment:
         return environment
     path = f"{path}.environment"
-    for key, _ in ENVIRONMENT_ROWS:
+    for key, _label in ENVIRONMENT_ROWS:
         _field(environment, path, key)
     _positive(_field(environment, path, "speed_mbps", "an integer", nullable=True), f"{path}.speed_mbps")
     queues = _field(environment, path, "queues", "a mapping")
@@ -469,9 +469,9 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         dest = os.path.join(self._loader.get_basedir(), args["dest"])
-        generated_at = datetime.now(UTC).isoformat(timespec="seconds")
+        generated_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         try:
             files = build_report(args["title"], args["pairs"], generated_at)
         except ReportInputError as exc:

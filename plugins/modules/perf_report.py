@@ -2,6 +2,8 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 
+from __future__ import annotations
+
 # The documentation of the perf_report action plugin (plugins/action/perf_report.py), which does the work on the
 # controller: no module runs on a host.
 
@@ -27,7 +29,7 @@ description:
 requirements:
   - matplotlib >= 3.8 on the controller (a dependency in pyproject.toml)
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 options:
   dest:
     description:

@@ -2,6 +2,8 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 
+from __future__ import annotations
+
 DOCUMENTATION = r"""
 ---
 module: trafficgen
@@ -35,7 +37,7 @@ seealso:
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 requirements:
   - Linux 5.18 or newer (BPF_F_TEST_XDP_LIVE_FRAMES), libbpf.so.1, clang, scapy (python3-scapy) on the host
 options:
@@ -328,7 +330,7 @@ def compile_source(module, name: str) -> str | None:
     if module.check_mode and not os.path.isfile(source):
         return None
     try:
-        path, _ = bpf_build.compile_object(
+        path, _built = bpf_build.compile_object(
             source,
             module.params["cache_dir"],
             [os.path.join(module.params["src_dir"], "include")],
@@ -509,7 +511,7 @@ def echo(module) -> dict:
         module.fail_json(msg=f"interface: {iface} does not exist on this host")
     lo, hi = echo_ports(module)
     try:
-        environment, _ = tg.preflight(iface, 1)
+        environment, _warnings = tg.preflight(iface, 1)
     except tg.TrafficgenError as exc:
         module.fail_json(msg=str(exc))
     if (no_bpffs := xp.bpffs_problem()):
