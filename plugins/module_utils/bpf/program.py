@@ -118,6 +118,13 @@ def bpffs_mounted(path: str = "/sys/fs/bpf") -> bool:
         return any(line.split()[1] == path and line.split()[2] == BPFFS_TYPE for line in mounts)
 
 
+def bpffs_problem(path: str = "/sys/fs/bpf") -> str | None:
+    """Why pins cannot be kept (bpffs is not mounted at `path`), or None; said the same way by every module."""
+    if bpffs_mounted(path):
+        return None
+    return f"bpffs is not mounted at {path}: mount -t bpf bpf {path} (the xdpfleet.fabric.xdp_host role mounts it)"
+
+
 def ifindex_of(ifname: str) -> int:
     try:
         return socket.if_nametoindex(ifname)
@@ -347,7 +354,7 @@ class Instance:
             detail = f"; rolling back also failed: {'; '.join(rollback_errors)}" if rollback_errors else ""
             raise XdpProgramError(
                 f"attaching {self.info.name} failed, previous state restored on "
-                f"{', '.join(s.ifname for s, _ in done) or 'no interface'}: {exc}{detail}"
+                f"{', '.join(s.ifname for s, _link_fd in done) or 'no interface'}: {exc}{detail}"
             ) from exc
         for name, m in self.obj.maps.items():
             if m.internal:
@@ -457,7 +464,7 @@ def state_record(
             for ifname in interfaces
         },
         "maps": {name: instance.paths.map_pin(name) for name, m in instance.obj.maps.items() if not m.internal},
-        "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
 

@@ -191,7 +191,7 @@ def _restore_program(
         if not record.get("source"):
             raise RestoreError(f"the recorded object {object_path} is gone and no source was recorded")
         try:
-            object_path, _ = bpf_build.compile_object(
+            object_path, _built = bpf_build.compile_object(
                 record["source"], host.cache_dir, build.get("include_dirs"), build.get("defines"), build_dir=build_dir
             )
         except bpf_build.CompileError as exc:
@@ -250,8 +250,8 @@ def restore(
 ) -> list[Restored]:
     """Re-apply every recorded instance (or those named). Each instance is restored or reported on its own, so one
     that cannot come back (its interface is gone) does not keep the others down."""
-    if not xp.bpffs_mounted():
-        raise RestoreError("bpffs is not mounted at /sys/fs/bpf (mount -t bpf bpf /sys/fs/bpf)")
+    if (no_bpffs := xp.bpffs_problem()):
+        raise RestoreError(no_bpffs)
     results = []
     for name in names if names is not None else recorded_instances(host):
         paths = host.instance(name)

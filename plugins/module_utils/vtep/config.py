@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import schema as schema_words
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
     VTEP_MAX_IFINDEX,
     VTEP_MAX_MEMBERS,
@@ -228,124 +228,17 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-# --- Rendering schema errors ------------------------------------------------------------------------------------
-
-_TYPE_WORDS = {
-    "object": "a mapping",
-    "array": "a list",
-    "string": "a string",
-    "integer": "an integer",
-    "number": "a number",
-    "boolean": "true or false",
-    "null": "null",
-}
-
-
-def _path(parts) -> str:
-    """A JSON path in the document's own terms: vnis[0].trunks[1].vid; the whole document is `document`."""
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "document"
-
-
-def _describe(value: Any) -> str:
-    """A value in words, never a Python repr."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return f"the string {_quote(value)}"
-    if isinstance(value, list | tuple):
-        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"a value of type {type(value).__name__}"
-
-
-def _quote(text: str, limit: int = 40) -> str:
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _rule(schema: dict) -> str:
-    return schema.get("description") or schema.get("title") or ""
-
-
-def _with_rule(text: str, schema: dict) -> str:
-    rule = _rule(schema)
-    return f"{text} ({rule})" if rule else text
-
-
-def _render(error) -> list[str]:
-    """One jsonschema error as messages "<path>: <rule in plain words>" (several for several unknown keys)."""
-    path = _path(error.absolute_path)
-    schema = error.schema if isinstance(error.schema, dict) else {}
-    kind, expected, value = error.validator, error.validator_value, error.instance
-
-    if kind == "additionalProperties":
-        known = list(schema.get("properties", {}))
-        out = []
-        for key in value:
-            if key in known:
-                continue
-            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'?" if close else "allowed: " + ", ".join(known)
-            out.append(f"{path}: unknown key '{key}' ({hint})")
-        return out
-    if kind == "required":
-        missing = [key for key in expected if key not in value]
-        return [f"{path}: missing required key '{key}' ({_rule(schema)})" for key in missing]
-    if kind == "type":
-        wanted = " or ".join(_TYPE_WORDS.get(t, t) for t in ([expected] if isinstance(expected, str) else expected))
-        noun = schema.get("title")
-        scalar = expected not in ("object", "array")
-        rule = schema.get("description", "")
-        if noun and rule and not rule.startswith(noun):
-            rule = f"{noun}: {rule}"
-        what = f"{wanted} ({rule})" if scalar and rule else wanted
-        return [f"{path}: must be {what}, got {_describe(value)}"]
-    if kind == "minimum":
-        return [f"{path}: " + _with_rule(f"{value} is below the minimum {expected}", schema)]
-    if kind == "maximum":
-        return [f"{path}: " + _with_rule(f"{value} is above the maximum {expected}", schema)]
-    if kind == "format" and expected == "ipv4":
-        try:
-            ipaddress.IPv6Address(value)
-        except ValueError:
-            return [f"{path}: " + _with_rule(f"{_quote(value)} is not a valid IPv4 address", schema)]
-        return [f"{path}: {_quote(value)} is an IPv6 address; IPv6 underlay is not supported yet (IPv4 only)"]
-    if kind in ("pattern", "minLength", "maxLength", "format"):
-        noun = schema.get("title", "value")
-        return [f"{path}: " + _with_rule(f"{_quote(value)} is not a valid {noun}", schema)]
-    if kind == "minItems":
-        return [f"{path}: " + _with_rule(f"must list at least {expected}, lists {len(value)}", schema)]
-    if kind == "maxItems":
-        return [f"{path}: " + _with_rule(f"lists {len(value)}, more than the maximum {expected}", schema)]
-    return [f"{path}: " + _with_rule(f"breaks the schema rule '{kind}'", schema)]
-
-
-def _path_sort_key(parts) -> tuple:
-    return tuple((0, part, "") if isinstance(part, int) else (1, 0, str(part)) for part in parts)
+def _ipv6_underlay(error, where: str) -> list[str] | None:
+    if error.validator == "format" and error.validator_value == "ipv4" and schema_words.is_ipv6(error.instance):
+        address = schema_words.quote(error.instance)
+        return [f"{where}: {address} is an IPv6 address; IPv6 underlay is not supported yet (IPv4 only)"]
+    return None
 
 
 def check_schema(document: Any) -> list[str]:
     """The schema pass alone: every problem, "<path>: <rule>", in document order of the paths. Needs jsonschema
-    (imported here, so that the dataclasses can be imported on a host without it)."""
-    from jsonschema import Draft202012Validator
-
-    validator = Draft202012Validator(SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
-    errors = sorted(validator.iter_errors(document), key=lambda e: (_path_sort_key(e.absolute_path), e.validator))
-    problems: list[str] = []
-    for error in errors:
-        for message in _render(error):
-            if message not in problems:
-                problems.append(message)
-    return problems
+    (imported when called, so that the dataclasses can be imported on a host without it)."""
+    return schema_words.problems(SCHEMA, document, special=_ipv6_underlay)
 
 
 # --- The checks a schema cannot express -------------------------------------------------------------------------

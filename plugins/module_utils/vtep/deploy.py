@@ -127,11 +127,11 @@ def deploy(
         config = validate(document, facts)
     except ConfigError as exc:
         raise VtepError(str(exc), exc.problems) from exc
-    if not xp.bpffs_mounted():
-        raise VtepError("bpffs is not mounted at /sys/fs/bpf (the xdpfleet.fabric.xdp_host role mounts it)")
+    if (no_bpffs := xp.bpffs_problem()):
+        raise VtepError(no_bpffs)
     peer_macs = resolve_peer_macs(config, ports, neighbour_timeout)
     try:
-        object_path, _ = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
+        object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
         instance = xp.Instance(paths, object_path, "vtep_ingress", mode, {}, tuple(vm.LAYOUTS.values()))
     except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
         raise VtepError(f"loading the VTEP data plane failed, nothing was changed: {exc}") from exc

@@ -402,7 +402,7 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
             if not any(_remote_matches(r, ip, tunnel.index, d.vni) for r in current_remotes):
                 adds.append(Step(d.vni, f"+ peer {ip} via {via}", "peer_add", {"vxlan": d.vxlan, "ip": ip, "via": via}))
         for r in sorted(current_remotes, key=lambda r: (r.dst, r.ifindex)):
-            if not any(_remote_matches(r, ip, tunnel.index, d.vni) for ip, _ in d.peers):
+            if not any(_remote_matches(r, ip, tunnel.index, d.vni) for ip, _via in d.peers):
                 removes.append(Step(d.vni, f"- peer {_remote_text(r, host)}", "peer_del", {"vxlan": d.vxlan, "r": r}))
     # VNIs this module made that the document no longer has
     stale: dict[int, dict[str, Link]] = {}
