@@ -99,7 +99,7 @@ build: deps
 
 # The C headers of the numbers each data plane shares with Python, generated from its declaration in Python.
 abi: deps
-	PYTHONPATH=$(CURDIR)/collection $(BIN)/python -m ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi
+	$(BIN)/python $(CURDIR)/collection/abi_headers.py
 
 lab-down: deps
 	$(BIN)/ansible-playbook $(CURDIR)/playbooks/lab.yml -e lab_state=absent

@@ -132,12 +132,12 @@ class Btf:
 
     def struct_members(self, type_id: int) -> list[tuple[str, int, int, int]]:
         """members() of a struct or union by type id; empty for other kinds."""
-        _, t, ptr = self.resolve(type_id)
+        _resolved_id, t, ptr = self.resolve(type_id)
         return self.members(ptr, t) if self.kind(t) in (KIND_STRUCT, KIND_UNION) else []
 
     def enum(self, type_id: int) -> tuple[str, dict[str, int]] | None:
         """An enum's name and its enumerators, each value as 32 unsigned bits; None for other kinds."""
-        _, t, ptr = self.resolve(type_id)
+        _resolved_id, t, ptr = self.resolve(type_id)
         if self.kind(t) != KIND_ENUM:
             return None
         base = ptr + ctypes.sizeof(_BtfType)
