@@ -29,14 +29,15 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help deps apt-deps lint build lab-down test demo clean abi
+.PHONY: help deps apt-deps lint sanity build lab-down test demo clean abi
 .PHONY: bench bench-vtep bench-trafficgen
 
 help:
 	@echo "make demo      lab up, site.yml, print the report, lab down (KEEP_LAB=1 keeps the lab)"
 	@echo "make test      deps, lint, then pytest tests (unit + integration; needs root)"
 	@echo "make deps      Debian packages (only missing ones) and the .venv from pyproject.toml"
-	@echo "make lint      ruff check . and ansible-lint --profile production"
+	@echo "make lint      ruff, the host-Python checks (vermin), ansible-lint --profile production, make sanity"
+	@echo "make sanity    ansible-test sanity on the built collection (SANITY_ARGS=\"--test pylint\" passes options)"
 	@echo "make build     collection tarball in .build/ (via collection/build.sh)"
 	@echo "make abi       rewrite bpf/<plane>/<plane>_abi.h from plugins/module_utils/<plane>/abi.py"
 	@echo "make lab-down  tear down the default lab"
@@ -73,16 +74,32 @@ $(VENV_STAMP): | apt-deps
 	$(BIN)/python -m pip install -q -r $(VENV)/requirements.txt
 	@touch $@
 
-lint: deps
+# Code that runs on managed hosts (modules, module_utils, the boot-time restore entry point) runs on their Python,
+# 3.9 and later: vermin checks what it uses against 3.9, runtime_unions.py the `X | Y` of types vermin cannot tell
+# from annotations, and ruff (per-file target py39 in pyproject.toml) the syntax.
+HOST_PYTHON_CODE := $(CURDIR)/plugins $(CURDIR)/roles/xdp_host/files/xdpfleet-restore
+
+lint: deps sanity
 	$(BIN)/ruff check .
+	$(BIN)/vermin --quiet --violations --target=3.9- $(HOST_PYTHON_CODE)
+	$(BIN)/python $(CURDIR)/collection/sanity/runtime_unions.py $(HOST_PYTHON_CODE)
 	$(BIN)/ansible-lint --profile production
+
+# ansible-test sanity on the collection as built (collection/sanity/run.sh), every test ansible-test 2.19 has for a
+# collection: all of them run offline here (their requirements come from the package index; the pip bootstrap
+# ansible-test would download is replaced by collection/sanity/get_pip_offline.py). On an idle machine about 40 s
+# when ansible-test's virtual environments exist (~/.ansible/test/venv), 2.5 min when it creates them; pylint is
+# most of it.
+SANITY_ARGS ?=
+sanity: deps
+	$(CURDIR)/collection/sanity/run.sh --output-path $(BUILD_DIR)/sanity $(SANITY_ARGS)
 
 build: deps
 	ANSIBLE_GALAXY=$(BIN)/ansible-galaxy $(CURDIR)/collection/build.sh --output-path $(BUILD_DIR)
 
 # The C headers of the numbers each data plane shares with Python, generated from its declaration in Python.
 abi: deps
-	PYTHONPATH=$(CURDIR)/collection $(BIN)/python -m ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi
+	$(BIN)/python $(CURDIR)/collection/abi_headers.py
 
 lab-down: deps
 	$(BIN)/ansible-playbook $(CURDIR)/playbooks/lab.yml -e lab_state=absent

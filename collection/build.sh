@@ -45,6 +45,7 @@ parts=(
     "collection/CHANGELOG.md:CHANGELOG.md"
     "collection/changelogs:changelogs"
     "README.md:README.md"
+    "COPYING:COPYING"
     "plugins:plugins"
     "roles:roles"
     "playbooks:playbooks"

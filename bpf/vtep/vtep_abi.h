@@ -73,7 +73,7 @@ static inline __u32 peer_member_key(__u32 ifindex, __u32 copy)
 	return PEER_MEMBER_BIT | ifindex << PEER_MEMBER_IFINDEX_SHIFT | copy;
 }
 
-_Static_assert(VTEP_MAX_IFINDEX <= 1u << (31 - PEER_MEMBER_IFINDEX_SHIFT), "a peer's ifindex stays below the bit");
+_Static_assert(VTEP_MAX_IFINDEX <= 1u << (31 - PEER_MEMBER_IFINDEX_SHIFT), "an ifindex stays below the bit");
 _Static_assert(VTEP_MAX_MEMBERS <= 1u << PEER_MEMBER_IFINDEX_SHIFT, "a copy number stays below the ifindex");
 
 /*

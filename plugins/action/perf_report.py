@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -22,7 +22,9 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import (
     L1_OVERHEAD_BYTES,
     Trial,
+    is_virtual_link,
     line_rate_pps,
+    line_rate_speed_mbps,
 )
 
 ARGUMENT_SPEC = {
@@ -95,12 +97,25 @@ class Pair:
     def speed_mbps(self) -> int | None:
         return self.sender.environment.get("speed_mbps")
 
+    @property
+    def driver(self) -> str | None:
+        return self.sender.environment.get("driver")
+
+    @property
+    def virtual_link(self) -> bool:
+        return is_virtual_link(self.driver)
+
+    @property
+    def line_rate_mbps(self) -> int | None:
+        """The speed the sender's line rate follows from; None on a virtual link or when the speed is unknown."""
+        return line_rate_speed_mbps(self.driver, self.speed_mbps)
+
 
 _KINDS = {
     "a string": lambda value: isinstance(value, str),
     # bool is an int to Python, never to a report.
     "an integer": lambda value: isinstance(value, int) and not isinstance(value, bool),
-    "a number": lambda value: isinstance(value, int | float) and not isinstance(value, bool),
+    "a number": lambda value: isinstance(value, (int, float)) and not isinstance(value, bool),
     "a mapping": lambda value: isinstance(value, Mapping),
     "a list": lambda value: isinstance(value, list),
 }
@@ -143,7 +158,7 @@ def _parse_environment(raw: Mapping, path: str) -> Mapping:
     if not environment:
         return environment
     path = f"{path}.environment"
-    for key, _ in ENVIRONMENT_ROWS:
+    for key, _label in ENVIRONMENT_ROWS:
         _field(environment, path, key)
     _positive(_field(environment, path, "speed_mbps", "an integer", nullable=True), f"{path}.speed_mbps")
     queues = _field(environment, path, "queues", "a mapping")
@@ -251,6 +266,13 @@ def _speed(speed_mbps: int | None) -> str:
     return f"{speed_mbps} Mbit/s"
 
 
+def _link(pair: Pair) -> str:
+    if pair.virtual_link:
+        nominal = f" (its {_speed(pair.speed_mbps)} is nominal)" if pair.speed_mbps else ""
+        return f"virtual ({pair.driver}): a virtual link has no line rate{nominal}"
+    return _speed(pair.speed_mbps)
+
+
 def _cell(value) -> str:
     if value is None or value == "":
         return "—"
@@ -276,7 +298,8 @@ def _environment_table(pair: Pair) -> list[str]:
         for end in ends:
             value = end.environment.get(key) if end else None
             if key == "speed_mbps" and value is not None:
-                cells.append(_speed(value))
+                nominal = is_virtual_link(end.environment.get("driver"))
+                cells.append(_speed(value) + (" (nominal: a virtual link)" if nominal else ""))
             elif key == "cmdline" and value:
                 cells.append(f"`{_cell(value)}`")
             else:
@@ -285,32 +308,46 @@ def _environment_table(pair: Pair) -> list[str]:
     return lines
 
 
+RESULT_COLUMNS = (
+    "frame size",
+    "line rate Mpps",
+    "zero-loss Mpps",
+    "% of line rate",
+    "zero-loss Gbit/s (L1)",
+    "max offered Mpps",
+    "max received Mpps",
+    "loss at max",
+    "trials",
+)
+LINE_RATE_COLUMNS = ("line rate Mpps", "% of line rate")
+
+
 def _results_table(pair: Pair) -> list[str]:
-    lines = [
-        "| frame size | line rate Mpps | zero-loss Mpps | % of line rate | zero-loss Gbit/s (L1) "
-        "| max offered Mpps | max received Mpps | loss at max | trials |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    """By frame size. A virtual link has no line rate, so its table has no line-rate columns; a link of unknown
+    speed has one that is not known (shown as —)."""
+    columns = [c for c in RESULT_COLUMNS if not (pair.virtual_link and c in LINE_RATE_COLUMNS)]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---:|" * len(columns)]
     for result in pair.results:
+        line_rate = result.line_rate_pps if pair.line_rate_mbps else None
         zero_loss_pps = result.zero_loss.offered_pps if result.zero_loss else None
         share = gbits = "—"
         if zero_loss_pps is not None:
             # On the wire every frame also takes its preamble, start delimiter and inter-frame gap.
             gbits = f"{zero_loss_pps * (result.frame_size + L1_OVERHEAD_BYTES) * 8 / 1e9:.2f}"
-            if result.line_rate_pps:
-                share = f"{100 * zero_loss_pps / result.line_rate_pps:.1f} %"
-        cells = [
-            str(result.frame_size),
-            _mpps(result.line_rate_pps),
-            _mpps(zero_loss_pps),
-            share,
-            gbits,
-            _mpps(result.max_trial.offered_pps),
-            _mpps(result.max_trial.received_pps),
-            f"{100 * result.max_trial.loss_ratio:.3f} %",
-            str(len(result.trials)),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+            if line_rate:
+                share = f"{100 * zero_loss_pps / line_rate:.1f} %"
+        cells = {
+            "frame size": str(result.frame_size),
+            "line rate Mpps": _mpps(line_rate),
+            "zero-loss Mpps": _mpps(zero_loss_pps),
+            "% of line rate": share,
+            "zero-loss Gbit/s (L1)": gbits,
+            "max offered Mpps": _mpps(result.max_trial.offered_pps),
+            "max received Mpps": _mpps(result.max_trial.received_pps),
+            "loss at max": f"{100 * result.max_trial.loss_ratio:.3f} %",
+            "trials": str(len(result.trials)),
+        }
+        lines.append("| " + " | ".join(cells[c] for c in columns) + " |")
     return lines
 
 
@@ -325,7 +362,7 @@ def render_markdown(title: str, pairs: list[Pair]) -> str:
             "",
             f"- template `{template['name']}` (flows {_cell(template['flows'])}, bases {_cell(template['bases'])}): "
             f"{_cell(template['description'])}",
-            f"- {pair.threads} sender threads, link {_speed(pair.speed_mbps)}",
+            f"- {pair.threads} sender threads, link {_link(pair)}",
             "",
             *_environment_table(pair),
             "",
@@ -335,6 +372,30 @@ def render_markdown(title: str, pairs: list[Pair]) -> str:
             lines += [f"The echo end counted {counters['packets']} frames, {counters['bytes']} bytes.", ""]
         lines += [*_results_table(pair), "", f"![{pair.name}: Mpps by frame size]({plot_file(pair)})", ""]
     return "\n".join(lines)
+
+
+# How each line of the plot is drawn, by kind.
+PLOT_STYLES = {
+    "line_rate": {"color": "0.45"},
+    "zero_loss": {"marker": "o", "color": "tab:blue"},
+    "received": {"linestyle": "--", "marker": "x", "color": "tab:orange"},
+}
+
+
+def plot_lines(pair: Pair) -> dict[str, tuple[str, list, list]]:
+    """The plot's lines by kind: (label, frame sizes, Mpps). The line rate only where the link has one."""
+    sizes = [result.frame_size for result in pair.results]
+    lines = {}
+    if pair.line_rate_mbps:
+        curve = list(range(min(sizes), max(sizes) + 1))
+        rates = [line_rate_pps(pair.line_rate_mbps, size) / 1e6 for size in curve]
+        lines["line_rate"] = (f"line rate, {_speed(pair.line_rate_mbps)}", curve, rates)
+    nan = float("nan")  # a gap in the line where no rate passed
+    zero_loss = [result.zero_loss.offered_pps / 1e6 if result.zero_loss else nan for result in pair.results]
+    lines["zero_loss"] = ("zero-loss throughput", sizes, zero_loss)
+    received = [result.max_trial.received_pps / 1e6 for result in pair.results]
+    lines["received"] = ("max received (unpaced)", sizes, received)
+    return lines
 
 
 def render_plot(pair: Pair) -> bytes:
@@ -347,26 +408,16 @@ def render_plot(pair: Pair) -> bytes:
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     sizes = [result.frame_size for result in pair.results]
-    if pair.speed_mbps:
-        curve = range(min(sizes), max(sizes) + 1)
-        axes.plot(
-            curve,
-            [line_rate_pps(pair.speed_mbps, size) / 1e6 for size in curve],
-            color="0.45",
-            label=f"line rate, {_speed(pair.speed_mbps)}",
-        )
-    nan = float("nan")  # a gap in the line where no rate passed
-    zero_loss = [result.zero_loss.offered_pps / 1e6 if result.zero_loss else nan for result in pair.results]
-    axes.plot(sizes, zero_loss, marker="o", color="tab:blue", label="zero-loss throughput")
-    received = [result.max_trial.received_pps / 1e6 for result in pair.results]
-    axes.plot(sizes, received, linestyle="--", marker="x", color="tab:orange", label="max received (unpaced)")
+    for kind, (label, x, y) in plot_lines(pair).items():
+        axes.plot(x, y, label=label, **PLOT_STYLES[kind])
     axes.set_xscale("log", base=2)
     axes.set_xticks(sizes, [str(size) for size in sizes])
     axes.minorticks_off()
     axes.set_ylim(bottom=0)
     axes.set_xlabel("frame size (bytes, FCS included)")
     axes.set_ylabel("Mpps")
-    axes.set_title(f"{pair.name}: {pair.sender.label}, {_speed(pair.speed_mbps)}")
+    link = f"virtual link ({pair.driver}), no line rate" if pair.virtual_link else _speed(pair.speed_mbps)
+    axes.set_title(f"{pair.name}: {pair.sender.label}, {link}")
     axes.grid(alpha=0.3)
     axes.legend()
     png = io.BytesIO()
@@ -418,9 +469,9 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         dest = os.path.join(self._loader.get_basedir(), args["dest"])
-        generated_at = datetime.now(UTC).isoformat(timespec="seconds")
+        generated_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         try:
             files = build_report(args["title"], args["pairs"], generated_at)
         except ReportInputError as exc:

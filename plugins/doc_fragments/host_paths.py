@@ -2,6 +2,8 @@
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 """Options shared by the modules that keep programs on a host: where objects, pins and state files live."""
 
+from __future__ import annotations
+
 
 class ModuleDocFragment:
     DOCUMENTATION = r"""

@@ -2,6 +2,8 @@
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 """Attributes of the modules that only read a host."""
 
+from __future__ import annotations
+
 
 class ModuleDocFragment:
     DOCUMENTATION = r"""

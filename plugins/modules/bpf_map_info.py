@@ -2,6 +2,8 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 
+from __future__ import annotations
+
 DOCUMENTATION = r"""
 ---
 module: bpf_map_info
@@ -15,7 +17,7 @@ description:
 extends_documentation_fragment:
   - xdpfleet.fabric.read_only
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 options:
   path:
     description:

@@ -2,6 +2,8 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 
+from __future__ import annotations
+
 DOCUMENTATION = r"""
 ---
 module: kernel_cmdline
@@ -34,7 +36,7 @@ description:
     neighbour, and arguments changed by others since are left alone. When nothing else changed, the GRUB file is
     byte for byte what it was. The record is then deleted.
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 requirements:
   - GRUB 2 with a defaults file and C(update-grub) or C(grub2-mkconfig), or grubby
 options:

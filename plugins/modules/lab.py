@@ -32,7 +32,7 @@ description:
     namespace, deletes the root-namespace links and namespaces named C(<prefix>-*) and the lab dir. It works from
     what exists by prefix plus C(state.json), so it also cleans up after a killed session.
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 requirements:
   - root on the machine running the module
   - pyroute2 >= 0.9
@@ -41,9 +41,11 @@ requirements:
 attributes:
   check_mode:
     support: full
+    description: Validates the description and reports whether the lab would be built, rebuilt or removed, and why;
+      nothing is created, started or deleted.
   diff_mode:
     support: full
-    details: The diff shows the lab description before and after, one object per line.
+    description: The lab description before and after, one object per line.
 options:
   state:
     description:

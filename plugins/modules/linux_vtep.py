@@ -2,6 +2,8 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 
+from __future__ import annotations
+
 DOCUMENTATION = r"""
 ---
 module: linux_vtep
@@ -29,7 +31,7 @@ description:
   - Access ports are enslaved to the VNI's bridge and brought up. They are released from the bridge when they leave
     the document, and left up. An access port that belongs to a bridge or bond this module did not make is refused.
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 requirements:
   - pyroute2 >= 0.9 and jsonschema >= 4.20 on the host
   - Linux with the vxlan and bridge drivers

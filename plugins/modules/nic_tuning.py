@@ -2,6 +2,8 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 
+from __future__ import annotations
+
 DOCUMENTATION = r"""
 ---
 module: nic_tuning
@@ -25,7 +27,7 @@ description:
     attached in the same mode, and puts the channels back if not. On veth with XDP on both ends the kernel refuses
     an rx count below the peer's tx count; the error says to change the peer first.
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 requirements:
   - ethtool, iproute2
 options:

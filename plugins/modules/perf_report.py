@@ -2,6 +2,8 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 
+from __future__ import annotations
+
 # The documentation of the perf_report action plugin (plugins/action/perf_report.py), which does the work on the
 # controller: no module runs on a host.
 
@@ -15,6 +17,8 @@ description:
     controller, C(perf.json) (the input, with the title and C(generated_at)), C(perf.md) (per pair the
     environment of both ends and a table by frame size) and C(perf-<pair name>.png) per pair (Mpps by frame size
     of the zero-loss throughput, of what came back unpaced, and the line rate of the link speed).
+  - A virtual link (a veth, virtio_net, tun or another driver without a wire of its own) has no line rate, whatever
+    speed it reports, so its table and plot show none and say so.
   - In C(perf.md), zero-loss Gbit/s is layer 1 (each frame counted with 20 bytes of preamble, start delimiter and
     inter-frame gap) and loss at max is the unpaced trial's.
   - Runs once per play, whatever the number of hosts, and never connects to a host.
@@ -25,7 +29,7 @@ description:
 requirements:
   - matplotlib >= 3.8 on the controller (a dependency in pyproject.toml)
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 options:
   dest:
     description:

@@ -2,10 +2,12 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 
+from __future__ import annotations
+
 DOCUMENTATION = r"""
 ---
 module: trafficgen
-short_description: XDP traffic generator, live-frames sender and echo server (seed 003, XDPerf)
+short_description: XDP traffic generator, live-frames sender and echo server
 version_added: "0.1.0"
 description:
   - I(mode=echo) keeps the echo server attached to an interface (C(bpf/trafficgen/echo.c), through a pinned bpf_link
@@ -27,10 +29,15 @@ description:
     interface). Run it with C(async) and poll, and stop it with I(state=absent) (the orchestration in role
     C(xdpfleet.fabric.perf_pair) does both).
   - Check mode validates the template, runs the checks and sends nothing.
+seealso:
+  - name: XDPerf
+    description: The XDP traffic generator whose design (base packets and per-frame differences written by XDP,
+      live-frames transmit, an echo server) this module follows.
+    link: https://github.com/takehaya/xdperf
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 requirements:
   - Linux 5.18 or newer (BPF_F_TEST_XDP_LIVE_FRAMES), libbpf.so.1, clang, scapy (python3-scapy) on the host
 options:
@@ -323,7 +330,7 @@ def compile_source(module, name: str) -> str | None:
     if module.check_mode and not os.path.isfile(source):
         return None
     try:
-        path, _ = bpf_build.compile_object(
+        path, _built = bpf_build.compile_object(
             source,
             module.params["cache_dir"],
             [os.path.join(module.params["src_dir"], "include")],
@@ -504,7 +511,7 @@ def echo(module) -> dict:
         module.fail_json(msg=f"interface: {iface} does not exist on this host")
     lo, hi = echo_ports(module)
     try:
-        environment, _ = tg.preflight(iface, 1)
+        environment, _warnings = tg.preflight(iface, 1)
     except tg.TrafficgenError as exc:
         module.fail_json(msg=str(exc))
     if (no_bpffs := xp.bpffs_problem()):

@@ -2,6 +2,8 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 
+from __future__ import annotations
+
 DOCUMENTATION = r"""
 ---
 module: vtep
@@ -21,12 +23,19 @@ description:
   - "Apply compiles the document into map contents and reads the pinned maps. It writes only the difference,
     adding members before removing others, so a VID-to-VNI change needs no reload. It reports C(changed=false)
     when nothing differs, and the diff in words (C(+VNI 100: access port acc100))."
-  - Unchanged (seed) behaviour, kept on purpose. Every frame of a VNI is flooded to its members; there is no MAC
-    learning. 802.1Q tags travel inside the Inner, so all VLAN-aware ports of one VNI use the same VID.
+  - The VTEP learns no MAC addresses, so every frame of a VNI, unicast too, is flooded to all its members; a
+    learning VTEP (RFC 7348, section 4.1) floods only broadcast, unknown unicast and multicast frames. Each peer
+    gets its own unicast copy (head-end replication), where RFC 7348 (section 4.2) sends one copy to a multicast
+    group; the underlay needs no multicast.
+  - VLAN tags are neither added, removed nor translated. A frame from a trunk keeps its 802.1Q tag inside the
+    VXLAN packet; a copy leaves through a trunk only when it carries that trunk's VID for the VNI (else it is
+    counted as C(vid_mismatch)), and through an access port as it came. So all trunk ports of one VNI use the same
+    VID, and a VNI has either access ports or trunks on a host, not both. RFC 7348 (section 6.1) asks a VTEP to
+    strip the tag unless configured otherwise; this VTEP keeps it.
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 requirements:
   - Linux 5.15 or newer (devmap broadcast and egress programs), libbpf.so.1, bpffs at /sys/fs/bpf
   - pyroute2 and jsonschema on the host; clang when compiling I(source)

@@ -24,7 +24,7 @@ description:
     needs no compiler, kernel headers or object files, only C(libbpf.so.1).
   - The probe never changes anything persistent and always reports C(changed=false).
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 options:
   interfaces:
     description:

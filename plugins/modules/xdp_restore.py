@@ -2,6 +2,8 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 
+from __future__ import annotations
+
 DOCUMENTATION = r"""
 ---
 module: xdp_restore
@@ -26,7 +28,7 @@ description:
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 requirements:
   - Linux 5.15 or newer, libbpf.so.1, bpffs mounted at /sys/fs/bpf
   - pyroute2 and jsonschema on the host when a VTEP is recorded; clang when an object has to be compiled again

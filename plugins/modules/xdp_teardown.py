@@ -2,6 +2,8 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 
+from __future__ import annotations
+
 DOCUMENTATION = r"""
 ---
 module: xdp_teardown
@@ -28,7 +30,7 @@ description:
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
 author:
-  - xdpfleet developers
+  - xdpfleet developers (!UNKNOWN)
 requirements:
   - libbpf.so.1
 options:

@@ -154,6 +154,65 @@ def test_unknown_speed_and_silent_echo():
     assert files["perf-e810-b2b.png"].startswith(PNG_SIGNATURE)
 
 
+def veth_pair() -> dict:
+    """The lab's pair, a:p3 -> b:p3: a veth, which reports a nominal 10 Gbit/s, forwarding 3.8 Mpps of 1518 B frames
+    (469 % of a 10 Gbit/s line rate, which it does not have)."""
+    environment = {
+        **e810_environment("Intel Xeon Processor (Icelake)"),
+        "driver": "veth",
+        "driver_version": "1.0",
+        "firmware_version": None,
+        "bus_info": None,
+        "speed_mbps": 10000,
+        "numa_node": None,
+        "queues": {"rx": 2, "tx": 2},
+        "channels": None,
+        "cpus": 2,
+    }
+    max_64, max_1518 = Trial(None, 1.0, 4_100_000, 4_100_000), Trial(None, 1.0, 3_812_600, 3_812_600)
+    # line_rate_pps as the traffic generator computes it from the 10000 the veth reports
+    results = [
+        {
+            "frame_size": size,
+            "line_rate_pps": line_rate,
+            "max": trial.as_dict(),
+            "zero_loss": trial.as_dict(),
+            "trials": [trial.as_dict()],
+        }
+        for size, line_rate, trial in ((64, 14880952, max_64), (1518, 812744, max_1518))
+    ]
+    sender = {"host": "a", "interface": "p3", "environment": environment, "threads": 1, "results": results}
+    sender["template"] = {"name": "lab-udp4-64flows", "flows": 64, "bases": 1, "description": "IPv4 UDP"}
+    echo = {"host": "b", "interface": "p3", "environment": environment, "counters": {"packets": 1, "bytes": 64}}
+    return {"name": "lab-a-b", "sender": sender, "echo": echo}
+
+
+def test_a_virtual_link_has_no_line_rate():
+    pair = veth_pair()
+    markdown = build([pair])["perf.md"].decode()
+    lines = markdown.splitlines()
+    assert "line rate" not in markdown.replace("has no line rate", ""), markdown
+    assert "469" not in markdown
+    link = "- 1 sender threads, link virtual (veth): a virtual link has no line rate (its 10 Gbit/s is nominal)"
+    assert link in lines
+    assert "| speed | 10 Gbit/s (nominal: a virtual link) | 10 Gbit/s (nominal: a virtual link) |" in lines
+    header = "| frame size | zero-loss Mpps | zero-loss Gbit/s (L1) | max offered Mpps | max received Mpps |"
+    assert f"{header} loss at max | trials |" in lines
+    # 3.8126 Mpps of 1518 B frames, (1518 + 20) * 8 bits each on a wire: 46.91 Gbit/s.
+    assert "| 1518 | 3.813 | 46.91 | 3.813 | 3.813 | 0.000 % | 1 |" in lines
+    assert set(perf_report.plot_lines(perf_report.parse_pairs([pair])[0])) == {"zero_loss", "received"}
+    assert build([pair])["perf-lab-a-b.png"].startswith(PNG_SIGNATURE)
+
+
+def test_a_physical_link_has_its_line_rate():
+    (pair,) = perf_report.parse_pairs(pairs())
+    assert pair.line_rate_mbps == 100000 and not pair.virtual_link
+    label, sizes, rates = perf_report.plot_lines(pair)["line_rate"]
+    assert label == "line rate, 100 Gbit/s"
+    assert (sizes[0], sizes[-1]) == (64, 1518) and rates[0] == pytest.approx(148.81, rel=1e-4)
+    assert "- 8 sender threads, link 100 Gbit/s" in build()["perf.md"].decode().splitlines()
+
+
 def test_an_empty_environment_is_shown_as_unknown():
     # What the echo end returns in check mode.
     pair = pairs()[0]

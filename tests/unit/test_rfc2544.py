@@ -13,6 +13,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544
     Trial,
     check_search_arguments,
     line_rate_pps,
+    line_rate_speed_mbps,
     search_zero_loss,
 )
 
@@ -53,6 +54,21 @@ def test_line_rate():
         line_rate_pps(0, 64)
     with pytest.raises(ValueError, match="frame_size"):
         line_rate_pps(100_000, 0)
+
+
+@pytest.mark.parametrize(
+    ("driver", "speed_mbps", "line_rate_speed"),
+    [
+        ("ice", 100_000, 100_000),  # E810
+        ("mlx5_core", 25_000, 25_000),
+        ("ice", None, None),  # link down: speed unknown
+        ("veth", 10_000, None),  # what a veth reports is nominal
+        ("virtio_net", -1, None),
+        ("tun", 10, None),
+    ],
+)
+def test_only_a_physical_link_of_known_speed_has_a_line_rate(driver, speed_mbps, line_rate_speed):
+    assert line_rate_speed_mbps(driver, speed_mbps) == line_rate_speed
 
 
 def test_trial_numbers():

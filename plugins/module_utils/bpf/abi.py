@@ -4,8 +4,9 @@
 
 A data plane declares its interface in plugins/module_utils/<plane>/abi.py as an Abi: C enums (each limit is an
 enumerator too) and the C helpers of its encodings. From that one declaration:
-- render() writes the C header the data plane includes instead of its own copies, committed as
-  bpf/<plane>/<plane>_abi.h; `make abi` rewrites it and tests/unit/test_abi.py fails while it is stale;
+- render() gives the C header the data plane includes instead of its own copies, committed as
+  bpf/<plane>/<plane>_abi.h; `make abi` (collection/abi_headers.py) rewrites it, and tests/unit/test_abi.py fails
+  while it is stale;
 - check() compares the declaration with an object's BTF. The header puts every enum into BTF through an anchor
   variable in a section that libbpf does not load (an enum that no declaration uses leaves no trace in BTF), so an
   object built from other sources (another version of the collection, a header edited by hand) is refused before
@@ -49,18 +50,18 @@ class Enum:
     count: str | None = None
 
     def __post_init__(self) -> None:
-        names = [name for name, _, _ in self.members] + ([self.count] if self.count else [])
+        names = [member[0] for member in self.members] + ([self.count] if self.count else [])
         if len(set(names)) != len(names):
             raise ValueError(f"enum {self.name}: a name is declared twice")
-        for name, value, _ in self.members:
+        for name, value, _doc in self.members:
             if not 0 <= value < 1 << 32:
                 raise ValueError(f"enum {self.name}: {name} = {value} is not a 32-bit unsigned value")
-        if self.count and sorted(value for _, value, _ in self.members) != list(range(len(self.members))):
+        if self.count and sorted(member[1] for member in self.members) != list(range(len(self.members))):
             raise ValueError(f"enum {self.name}: counted by {self.count}, so its values must be 0..n-1")
 
     def values(self) -> dict[str, int]:
         """Every enumerator by name, the count included."""
-        out = {name: value for name, value, _ in self.members}
+        out = {name: value for name, value, _doc in self.members}
         if self.count:
             out[self.count] = len(self.members)
         return out
@@ -70,7 +71,8 @@ class Enum:
 
     def labels(self, prefix: str) -> dict[int, str]:
         """value -> the member's name without prefix, in lower case (DROP_NO_PEER -> no_peer), by value."""
-        return {value: name[len(prefix) :].lower() for name, value, _ in sorted(self.members, key=lambda m: m[1])}
+        by_value = sorted(self.members, key=lambda member: member[1])
+        return {value: name[len(prefix) :].lower() for name, value, _doc in by_value}
 
     def render(self) -> str:
         lines = [*_comment(self.doc, ""), f"enum {self.name} {{"]
@@ -200,23 +202,3 @@ def collection_abis(root: str) -> list[Abi]:
         if package != "bpf" and os.path.isfile(os.path.join(utils, package, "abi.py")):
             found.append(importlib.import_module(f"{_COLLECTION}.plugins.module_utils.{package}.abi").ABI)
     return found
-
-
-def main() -> None:
-    """`make abi`: rewrite the generated headers that differ from their declarations."""
-    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-    for abi in collection_abis(root):
-        path = os.path.join(root, abi.header)
-        text = abi.render()
-        current = None
-        if os.path.isfile(path):
-            with open(path) as f:
-                current = f.read()
-        if current != text:
-            with open(path, "w") as f:
-                f.write(text)
-            print(f"written: {abi.header}")
-
-
-if __name__ == "__main__":
-    main()

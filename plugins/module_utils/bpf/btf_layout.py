@@ -102,14 +102,14 @@ class Btf:
         return type_id, t, ptr
 
     def describe(self, type_id: int) -> str:
-        _, t, _ = self.resolve(type_id)
+        _resolved_id, t, _ptr = self.resolve(type_id)
         kind = self.kind(t)
         label = {KIND_STRUCT: "struct", KIND_UNION: "union", KIND_INT: "int", KIND_ENUM: "enum", KIND_ARRAY: "array"}
         name = self.name(t.name_off)
         return f"{label.get(kind, f'kind {kind}')} {name}".strip()
 
     def size(self, type_id: int) -> int:
-        _, t, ptr = self.resolve(type_id)
+        _resolved_id, t, ptr = self.resolve(type_id)
         kind = self.kind(t)
         if kind == KIND_ARRAY:
             arr = _BtfArray.from_address(ptr + ctypes.sizeof(_BtfType))
@@ -132,12 +132,12 @@ class Btf:
 
     def struct_members(self, type_id: int) -> list[tuple[str, int, int, int]]:
         """members() of a struct or union by type id; empty for other kinds."""
-        _, t, ptr = self.resolve(type_id)
+        _resolved_id, t, ptr = self.resolve(type_id)
         return self.members(ptr, t) if self.kind(t) in (KIND_STRUCT, KIND_UNION) else []
 
     def enum(self, type_id: int) -> tuple[str, dict[str, int]] | None:
         """An enum's name and its enumerators, each value as 32 unsigned bits; None for other kinds."""
-        _, t, ptr = self.resolve(type_id)
+        _resolved_id, t, ptr = self.resolve(type_id)
         if self.kind(t) != KIND_ENUM:
             return None
         base = ptr + ctypes.sizeof(_BtfType)
@@ -154,13 +154,13 @@ class Btf:
         out = {}
         for n in range(t.info & 0xFFFF):
             info = _BtfVarSecinfo.from_address(base + n * ctypes.sizeof(_BtfVarSecinfo))
-            var, _ = self._type(info.type)
+            var, _ptr = self._type(info.type)
             out[self.name(var.name_off)] = (info.offset, info.size, var.size_or_type)
         return out
 
     def int_signed(self, type_id: int) -> bool | None:
         """Signedness of an INT (None for other kinds)."""
-        _, t, ptr = self.resolve(type_id)
+        _resolved_id, t, ptr = self.resolve(type_id)
         if self.kind(t) != KIND_INT:
             return None
         encoding = ctypes.c_uint32.from_address(ptr + ctypes.sizeof(_BtfType)).value
@@ -172,7 +172,7 @@ def shape(btf: Btf, type_id: int) -> tuple:
     read each other's bytes the same way. Type id 0 (no BTF) has the empty shape."""
     if not type_id:
         return ()
-    _, t, ptr = btf.resolve(type_id)
+    _resolved_id, t, ptr = btf.resolve(type_id)
     kind = Btf.kind(t)
     if kind in (KIND_STRUCT, KIND_UNION):
         members = tuple((name, offset, bits, shape(btf, member)) for name, member, offset, bits in btf.members(ptr, t))
@@ -186,14 +186,14 @@ def shape(btf: Btf, type_id: int) -> tuple:
 
 
 def _compare(btf: Btf, type_id: int, ctype: type, where: str, problems: list[str]) -> None:
-    _, t, ptr = btf.resolve(type_id)
+    _resolved_id, t, ptr = btf.resolve(type_id)
     kind = Btf.kind(t)
     btf_size = btf.size(type_id)
     py_size = ctypes.sizeof(ctype)
     if btf_size != py_size:
         problems.append(f"{where}: {py_size} bytes in Python, {btf_size} in the object's BTF ({btf.describe(type_id)})")
         return
-    if issubclass(ctype, ctypes.Structure | ctypes.Union):
+    if issubclass(ctype, (ctypes.Structure, ctypes.Union)):
         expected_kind = KIND_STRUCT if issubclass(ctype, ctypes.Structure) else KIND_UNION
         if kind != expected_kind:
             problems.append(f"{where}: a {ctype.__name__} in Python, {btf.describe(type_id)} in the object's BTF")
@@ -206,7 +206,7 @@ def _compare(btf: Btf, type_id: int, ctype: type, where: str, problems: list[str
                 f"{where}: fields {py_fields} in Python, {btf_names} in the object's BTF ({btf.describe(type_id)})"
             )
             return
-        for (name, member_type, bit_offset, bits), field in zip(btf_members, ctype._fields_, strict=True):
+        for (name, member_type, bit_offset, bits), field in zip(btf_members, ctype._fields_):
             py_offset = getattr(ctype, name).offset
             if bits or len(field) > 2:
                 problems.append(f"{where}.{name}: bitfields are not supported in map layouts")
@@ -280,7 +280,7 @@ class TypedMap:
 
     def _key(self, key) -> bytes:
         return bytes(
-            key if isinstance(key, ctypes._SimpleCData | ctypes.Structure | ctypes.Array) else self.layout.key(key)
+            key if isinstance(key, (ctypes._SimpleCData, ctypes.Structure, ctypes.Array)) else self.layout.key(key)
         )
 
     def _decode(self, raw: bytes):
@@ -346,7 +346,7 @@ def set_rodata(obj: libbpf.BpfObject, values: dict[str, int]) -> bytes:
 
 def decode(btf: Btf, type_id: int, raw: bytes, offset: int = 0):
     """A value's bytes as Python data, by its BTF: structs become dicts, arrays lists, integers ints."""
-    _, t, ptr = btf.resolve(type_id)
+    _resolved_id, t, ptr = btf.resolve(type_id)
     kind = Btf.kind(t)
     if kind in (KIND_STRUCT, KIND_UNION):
         return {

@@ -94,7 +94,7 @@ def compile_object(
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=".o", dir=os.path.dirname(target))
     os.close(fd)
     try:
-        result = subprocess.run([CLANG, *flags, "-c", source, "-o", tmp], capture_output=True, text=True)
+        result = subprocess.run([CLANG, *flags, "-c", source, "-o", tmp], capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise CompileError(f"clang failed to compile {source}:\n{result.stderr.strip()}")
         os.replace(tmp, target)

@@ -51,7 +51,7 @@ class LibbpfError(OSError):
         super().__init__(err, message)
 
     def __str__(self) -> str:
-        return self.strerror
+        return str(self.strerror)
 
 
 class _LinkCreateOpts(ctypes.Structure):
@@ -703,8 +703,8 @@ class Map:
     def update_batch(self, entries: list[tuple[bytes, bytes]], flags: int = BPF_ANY) -> None:
         if not entries:
             return
-        keys = b"".join(bytes(self._key(k).raw) for k, _ in entries)
-        values = b"".join(bytes(self._value(v).raw) for _, v in entries)
+        keys = b"".join(bytes(self._key(k).raw) for k, _v in entries)
+        values = b"".join(bytes(self._value(v).raw) for _k, v in entries)
         count = ctypes.c_uint32(len(entries))
         opts = _MapBatchOpts(sz=ctypes.sizeof(_MapBatchOpts), elem_flags=flags)
         ret = lib().bpf_map_update_batch(self.fd, keys, values, ctypes.byref(count), opts)

@@ -354,7 +354,7 @@ class Instance:
             detail = f"; rolling back also failed: {'; '.join(rollback_errors)}" if rollback_errors else ""
             raise XdpProgramError(
                 f"attaching {self.info.name} failed, previous state restored on "
-                f"{', '.join(s.ifname for s, _ in done) or 'no interface'}: {exc}{detail}"
+                f"{', '.join(s.ifname for s, _link_fd in done) or 'no interface'}: {exc}{detail}"
             ) from exc
         for name, m in self.obj.maps.items():
             if m.internal:
@@ -464,7 +464,7 @@ def state_record(
             for ifname in interfaces
         },
         "maps": {name: instance.paths.map_pin(name) for name, m in instance.obj.maps.items() if not m.internal},
-        "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
 

@@ -769,7 +769,7 @@ def restart_host(lab_dir: str, name: str, start_timeout: float = 20.0) -> int:
     host = next((h for h in spec.get("hosts", []) if h["name"] == name), None)
     if host is None:
         raise LabError(f"host {name!r} is not a host of the lab in {lab_dir}")
-    pid, _ = host_pids(lab_dir, name)
+    pid, _sshd_pid = host_pids(lab_dir, name)
     _end_processes([*_children(pid), pid])
     host_dir = f"{lab_dir}/hosts/{name}"
     with open(f"{host_dir}/sshd.log", "w", encoding="utf-8"):

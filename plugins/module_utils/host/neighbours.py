@@ -7,7 +7,14 @@ from __future__ import annotations
 import socket
 import time
 
-from pyroute2 import IPRoute
+from ansible.module_utils.basic import missing_required_lib
+
+try:
+    from pyroute2 import IPRoute
+
+    HAS_PYROUTE2 = True
+except ImportError:  # resolve() reports it; only hosts that resolve next hops need pyroute2
+    HAS_PYROUTE2 = False
 
 USABLE_STATES = 0x02 | 0x04 | 0x08 | 0x10 | 0x80  # REACHABLE, STALE, DELAY, PROBE, PERMANENT
 
@@ -40,6 +47,8 @@ def _lookup(ipr: IPRoute, ifindex: int, address: str) -> str | None:
 def resolve(address: str, ifindex: int, timeout: float) -> str:
     """The MAC of the next hop towards `address`, which must leave through `ifindex`; asks the kernel to resolve
     it (one UDP datagram to the discard port) when the neighbour table does not have it yet."""
+    if not HAS_PYROUTE2:
+        raise NeighbourError(missing_required_lib("pyroute2"))
     with IPRoute() as ipr:
         oif, hop = next_hop(ipr, address)
         if oif != ifindex:

@@ -101,7 +101,7 @@ class NetdevError(OSError):
         super().__init__(err, f"{call}: {os.strerror(err)} ({errno.errorcode.get(err, str(err))})")
 
     def __str__(self) -> str:
-        return self.strerror
+        return str(self.strerror)
 
 
 def errno_text(err: int) -> str:
@@ -136,7 +136,7 @@ def parse_drvinfo(raw: bytes) -> dict:
 
 
 def parse_channels(raw: bytes) -> dict:
-    _, max_rx, max_tx, max_other, max_combined, rx, tx, other, combined = _CHANNELS.unpack_from(raw)
+    _cmd, max_rx, max_tx, max_other, max_combined, rx, tx, other, combined = _CHANNELS.unpack_from(raw)
     return {
         "max_rx": max_rx,
         "max_tx": max_tx,
@@ -322,7 +322,7 @@ def ethtool_stats(name: str, n_stats: int | None = None) -> dict[str, int]:
     vbuf = ctypes.create_string_buffer(struct.pack("=II", ETHTOOL_GSTATS, len(names)), 8 + 8 * len(names))
     _ethtool(name, vbuf, "ETHTOOL_GSTATS")
     values = struct.unpack_from(f"={len(names)}Q", vbuf.raw, 8)
-    return dict(zip(names, values, strict=True))
+    return dict(zip(names, values))  # one value per name: GSTATS was asked for len(names)
 
 
 # ---- generic netlink: the netdev family (XDP features) ----------------------------------------------------

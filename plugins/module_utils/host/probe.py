@@ -252,7 +252,7 @@ class Probe:
         out.update(mode=state.mode, prog_id=state.prog_id, drv_prog_id=state.drv_prog_id, skb_prog_id=state.skb_prog_id)
         ids = []
         for mode, pid in (("native", state.drv_prog_id), ("generic", state.skb_prog_id), ("any", state.prog_id)):
-            if pid and pid not in [i for _, i in ids]:
+            if pid and pid not in [known for _mode, known in ids]:
                 ids.append((state.mode if mode == "any" else mode, pid))
         for mode, pid in ids:
             prog = {"id": pid, "mode": mode, "name": None, "tag": None, "error": None}

@@ -191,7 +191,7 @@ def _restore_program(
         if not record.get("source"):
             raise RestoreError(f"the recorded object {object_path} is gone and no source was recorded")
         try:
-            object_path, _ = bpf_build.compile_object(
+            object_path, _built = bpf_build.compile_object(
                 record["source"], host.cache_dir, build.get("include_dirs"), build.get("defines"), build_dir=build_dir
             )
         except bpf_build.CompileError as exc:

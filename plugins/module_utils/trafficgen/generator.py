@@ -224,11 +224,11 @@ class _Totals:
 
     @property
     def sent(self) -> int:
-        return sum(p for p, _ in self.tx.values())
+        return sum(packets for packets, _octets in self.tx.values())
 
     @property
     def sent_bytes(self) -> int:
-        return sum(b for _, b in self.tx.values())
+        return sum(octets for _packets, octets in self.tx.values())
 
 
 def _interface_counters(ifname: str) -> dict[str, int]:
@@ -436,7 +436,8 @@ class Sender:
         iface_after = _interface_counters(self.ifname)
         return RunResult(
             # from the first call's start to the last call's end: thread start-up is not sending time
-            seconds=max((end for _, end in spans.values()), default=0) - min((s for s, _ in spans.values()), default=0),
+            seconds=max((end for _start, end in spans.values()), default=0)
+            - min((start for start, _end in spans.values()), default=0),
             sent=totals.sent,
             sent_bytes=totals.sent_bytes,
             received=totals.rx[0],

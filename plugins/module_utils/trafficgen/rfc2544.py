@@ -17,6 +17,25 @@ SWEEP_FRAME_SIZES = (64, 128, 256, 512, 1024, 1280, 1518)
 L1_OVERHEAD_BYTES = 20
 
 
+# Drivers of links without a wire of their own (ethtool's driver name): the speed they report is nominal (veth says
+# 10000, tun 10) and the rate they carry is set by the CPUs that move the frames, so they have no line rate.
+VIRTUAL_LINK_DRIVERS = frozenset(
+    {"veth", "netkit", "tun", "virtio_net", "vmxnet3", "hv_netvsc", "vif", "dummy", "bridge", "macvlan", "ipvlan"}
+)
+
+
+def is_virtual_link(driver: str | None) -> bool:
+    return driver in VIRTUAL_LINK_DRIVERS
+
+
+def line_rate_speed_mbps(driver: str | None, speed_mbps: int | None) -> int | None:
+    """The speed a link's line rate follows from; None when it has no line rate (a virtual link, whatever speed it
+    reports) or its speed is unknown."""
+    if is_virtual_link(driver) or not speed_mbps or speed_mbps <= 0:
+        return None
+    return speed_mbps
+
+
 def line_rate_pps(speed_mbps: float, frame_size: int) -> float:
     """Frames per second a link of `speed_mbps` carries at `frame_size` bytes (FCS included)."""
     if speed_mbps <= 0:

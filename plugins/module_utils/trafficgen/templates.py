@@ -4,7 +4,7 @@
 
 The XDP sender picks entry k round robin, copies the first header_len bytes of the entry's base packet into the
 frame, writes the entry's few diffs (offset, 1/2/4 bytes) and trims the frame to the base's length; everything
-else happens here, once, on the host (XDPerf's "base packet + diffs" design, seed 003):
+else happens here, once, on the host (the "base packet + diffs" design of XDPerf's template engine):
 
     name: udp4-64flows
     frame_size: 64                 # on the wire, FCS included (RFC 2544)
@@ -193,20 +193,21 @@ class _Layout(NamedTuple):
     frame_len: int
 
     def find(self, kind: str, index: int) -> int | None:
-        found = [at for k, at in zip(self.kinds, self.offsets, strict=True) if k == kind]
+        found = [at for k, at in zip(self.kinds, self.offsets) if k == kind]
         return found[index] if index < len(found) else None
 
     def checksums(self) -> list[_Checksum]:
         """Innermost first: an inner checksum lies inside the outer UDP checksum's span."""
         out = []
-        for i, (kind, at) in enumerate(zip(self.kinds, self.offsets, strict=True)):
+        for i, (kind, at) in enumerate(zip(self.kinds, self.offsets)):
             if kind == "ipv4":
                 out.append(_Checksum(at + 10, ((at, at + 20),), False))
             elif kind == "udp" and i > 0:
                 ip = self.offsets[i - 1]
                 pseudo = (ip + 12, ip + 20) if self.kinds[i - 1] == "ipv4" else (ip + 8, ip + 40)
                 out.append(_Checksum(at + 6, (pseudo, (at, self.frame_len)), True))
-        assert all(start % 2 == 0 for c in out for start, _ in c.spans), "checksummed words must be aligned"
+        if any(start % 2 for c in out for start, _end in c.spans):
+            raise AssertionError("checksummed words must be aligned")
         return sorted(out, key=lambda c: -c.spans[-1][0])
 
 
@@ -293,7 +294,7 @@ def _range(at: str, rule: dict, family: str, low: int, high: int) -> tuple[range
             return None, [f"{at}.range: {first} and {last} are not of the same address family"]
         if parsed[0][0] != family:
             return None, [f"{at}.range: {first}..{last}: this field takes {_FAMILY_WORD[family]} addresses"]
-        (_, first), (_, last) = parsed
+        (_first_family, first), (_last_family, last) = parsed
     if first > last:
         return None, [f"{at}.range: {shown[0]}..{shown[1]} is reversed (first must not exceed last)"]
     if first < low or last > high:
@@ -407,15 +408,16 @@ def _base_frame(headers: list[dict], frame_len: int) -> bytes:
             fields["dst"] = VXLAN_PORT
         stack = _scapy_layer(kind, fields | given) / stack
     frame = bytes(stack)
-    assert len(frame) == frame_len
+    if len(frame) != frame_len:
+        raise AssertionError(f"scapy built {len(frame)} bytes for a {frame_len}-byte frame")
     return frame
 
 
 def _interleave(weights: list[int]) -> list[int]:
     """Smooth weighted round robin: 7,4,1 -> a b a a b a c a b a b a, not seven a's in a row."""
     current, total, order = [0] * len(weights), sum(weights), []
-    for _ in range(total):
-        current = [c + w for c, w in zip(current, weights, strict=True)]
+    for _step in range(total):
+        current = [c + w for c, w in zip(current, weights)]
         order.append(current.index(max(current)))
         current[order[-1]] -= total
     return order
@@ -428,7 +430,7 @@ def _word(data: bytes | bytearray, at: int) -> int:
 def _apply(base: bytes, rules: list[_Rule], b: int, values: list[int], checksums: list[_Checksum]) -> bytearray:
     """The base's header window with the values written and its checksums updated (RFC 1624, eqn. 3)."""
     head, words = bytearray(base), set()
-    for rule, value in zip(rules, values, strict=True):
+    for rule, value in zip(rules, values):
         at, size, mask = rule.positions[b], rule.field.size, ((1 << rule.field.bits) - 1) << rule.field.shift
         old = int.from_bytes(head[at : at + size], "big")
         head[at : at + size] = ((old & ~mask) | (value << rule.field.shift)).to_bytes(size, "big")
@@ -478,7 +480,7 @@ def build(doc: dict, *, src_mac: str | None = None, dst_mac: str | None = None) 
     if errors:
         raise TemplateError(errors)
     shuffle, cycles = random.Random(doc.get("seed", 1)), []
-    for rule, spec in zip(plan.rules, doc.get("variations", []), strict=True):
+    for rule, spec in zip(plan.rules, doc.get("variations", [])):
         cycles.append(list(rule.values))
         if spec.get("mode") == "random":
             shuffle.shuffle(cycles[-1])

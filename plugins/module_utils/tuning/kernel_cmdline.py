@@ -104,7 +104,7 @@ class Cmdline:
 
     @property
     def args(self) -> list[str]:
-        return [arg for _, arg in self.items]
+        return [arg for _sep, arg in self.items]
 
     def copy(self) -> Cmdline:
         return Cmdline(self.lead, list(self.items), self.tail)
@@ -404,7 +404,7 @@ class GrubFile:
         return self._with_value(shell_quote(edited.render(), style))
 
     def plan_present(self, present: list[str], absent: list[str]) -> Plan:
-        edited, _, _ = apply_request(self.cmdline, present, absent)
+        edited, _added, _removed = apply_request(self.cmdline, present, absent)
         return self._plan(edited, self.text if edited.args == self.cmdline.args else self._rendered(edited))
 
     def plan_restore(self, record: dict) -> Plan:
@@ -458,7 +458,7 @@ class GrubFile:
         """Write, regenerate; the file as it is now."""
         atomic_write(self.path, plan.after)
         for command in plan.commands:
-            rc, _, err = run_command([which(command[0]), *command[1:]])
+            rc, _out, err = run_command([which(command[0]), *command[1:]])
             if rc:
                 atomic_write(self.path, self.text)
                 raise KernelCmdlineError(
@@ -473,7 +473,7 @@ def parse_grubby_info(text: str) -> dict[str, str]:
     double-quoted (args always is); entries without a kernel (non-linux entries) are skipped."""
     kernels, entry = {}, {}
     for line in [*text.splitlines(), "index=end"]:
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         if key == "index":
             if "kernel" in entry and "args" in entry:
                 kernels[entry["kernel"]] = entry["args"]
@@ -566,7 +566,7 @@ class Grubby:
     def apply(self, plan: Plan, run_command) -> dict[str, str]:
         """Run grubby; the entries as grubby wrote them (its rules for an existing key may differ from ours)."""
         for command in plan.commands:
-            rc, _, err = run_command(command)
+            rc, _out, err = run_command(command)
             if rc:
                 raise KernelCmdlineError(f"bootloader: {' '.join(command)} exited {rc}: {err.strip()}")
         return self._read(run_command)

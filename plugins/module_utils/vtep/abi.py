@@ -109,16 +109,16 @@ def peer_member_key(ifindex: int, copy: int) -> int:
 
 
 # The same encoding in C, and the limits that keep its parts apart.
-_PEER_MEMBER_KEY_C = """\
-/* The devmap key of a remote peer's entry (see enum peer_member). */
-static inline __u32 peer_member_key(__u32 ifindex, __u32 copy)
-{
-	return PEER_MEMBER_BIT | ifindex << PEER_MEMBER_IFINDEX_SHIFT | copy;
-}
-
-_Static_assert(VTEP_MAX_IFINDEX <= 1u << (31 - PEER_MEMBER_IFINDEX_SHIFT), "a peer's ifindex stays below the bit");
-_Static_assert(VTEP_MAX_MEMBERS <= 1u << PEER_MEMBER_IFINDEX_SHIFT, "a copy number stays below the ifindex");
-"""
+_PEER_MEMBER_KEY_C = (
+    "/* The devmap key of a remote peer's entry (see enum peer_member). */\n"
+    "static inline __u32 peer_member_key(__u32 ifindex, __u32 copy)\n"
+    "{\n"
+    "\treturn PEER_MEMBER_BIT | ifindex << PEER_MEMBER_IFINDEX_SHIFT | copy;\n"
+    "}\n"
+    "\n"
+    '_Static_assert(VTEP_MAX_IFINDEX <= 1u << (31 - PEER_MEMBER_IFINDEX_SHIFT), "an ifindex stays below the bit");\n'
+    '_Static_assert(VTEP_MAX_MEMBERS <= 1u << PEER_MEMBER_IFINDEX_SHIFT, "a copy number stays below the ifindex");\n'
+)
 
 ABI = abi.Abi(
     name="vtep",

@@ -137,7 +137,7 @@ def deploy(
         raise VtepError(no_bpffs)
     peer_macs = resolve_peer_macs(config, ports, neighbour_timeout)
     try:
-        object_path, _ = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
+        object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
         instance = xp.Instance(paths, object_path, "vtep_ingress", mode, {}, tuple(layouts.LAYOUTS.values()))
     except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
         raise VtepError(f"loading the VTEP data plane failed, nothing was changed: {exc}") from exc

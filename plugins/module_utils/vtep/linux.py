@@ -381,7 +381,7 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
             if recreate:
                 what = ", ".join(f"{a} {now} -> {new}" for a, now, new in changes)
                 text = f"~ vxlan {d.vxlan} re-created ({what}; these cannot change in place): {_vxlan_text(d)}"
-                was = ", ".join(f"{a} {now}" for a, now, _ in changes)
+                was = ", ".join(f"{a} {now}" for a, now, _new in changes)
                 adds.append(
                     Step(
                         d.vni,
@@ -434,7 +434,7 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
                 args = {"vxlan": d.vxlan, "ip": ip, "via": via}
                 adds.append(_added(d.vni, f"peer {ip} via {via}", "peer_add", args))
         for r in sorted(current_remotes, key=lambda r: (r.dst, r.ifindex)):
-            if not any(_remote_matches(r, ip, tunnel.index, d.vni) for ip, _ in d.peers):
+            if not any(_remote_matches(r, ip, tunnel.index, d.vni) for ip, _via in d.peers):
                 removes.append(_removed(d.vni, f"peer {_remote_text(r, host)}", "peer_del", {"vxlan": d.vxlan, "r": r}))
     # VNIs this module made that the document no longer has
     stale: dict[int, dict[str, Link]] = {}

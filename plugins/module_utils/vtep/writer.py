@@ -184,7 +184,7 @@ class Writer:
                     if change.moved_from:
                         self.maps[GROUP_MAPS[(change.kind, change.moved_from)]].delete(u32(change.vni))
                         continue
-                    group, _ = self._group(change.kind, change.size, change.vni)
+                    group, _new = self._group(change.kind, change.size, change.vni)
                     for member in change.removes:
                         self._remove_member(group, change, member)
             for kind, vni, size in d.groups_removed:
