@@ -186,15 +186,17 @@ def run(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
     live_path = tg.sender_stats_file(p["run_dir"], ifname)
     try:
         with tg.Sender(object_path, templates[0], ifname, cpus, p["batch_size"], p["attach_mode"]) as sender:
-            if tg.can_transmit_xdp(ifname) is False:
-                raise tg.TrafficgenError(no_xmit_message(ifname, environment))
-            result["results"] = [run_size(p, sender, t, environment, stop, live_path) for t in templates]
+            transmits = tg.can_transmit_xdp(ifname)  # with the return counter attached, as while sending
+            if transmits is not False:
+                result["results"] = [run_size(p, sender, t, environment, stop, live_path) for t in templates]
     except (tg.TrafficgenError, libbpf.LibbpfError, ValueError) as exc:
         raise tg.TrafficgenError(f"sending from {ifname} failed: {exc}") from exc
     finally:
         for path in (pid_file, live_path):  # the samples are in the result
             with contextlib.suppress(OSError):
                 os.unlink(path)
+    if transmits is False:
+        raise tg.TrafficgenError(no_xmit_message(ifname, environment))
     result["changed"] = True
     if stop.is_set():
         result["warnings"].append("stopped by SIGTERM before the end: the last results are partial")
