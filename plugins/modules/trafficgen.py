@@ -235,7 +235,7 @@ warnings:
   type: list
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
@@ -293,8 +293,6 @@ def main() -> None:
         result = run(module)
     except pt.TemplateError as exc:
         module.fail_json(msg=f"template: {exc}", problems=exc.errors)
-    except sender.MissingLibrary as exc:
-        module.fail_json(msg=missing_required_lib(exc.library, reason=exc.reason), exception=exc.traceback)
     except (tg.TrafficgenError, bpf_build.CompileError, xp.XdpProgramError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(**result)

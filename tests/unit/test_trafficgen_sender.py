@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender
 
@@ -75,18 +76,21 @@ def test_no_record_is_no_change_and_a_stale_one_goes(records):
     assert list(run_dir.iterdir()) == []
 
 
-def test_without_pyroute2_the_module_imports_and_only_mac_resolution_needs_it(monkeypatch):
+def test_without_pyroute2_the_module_imports_and_resolving_dst_mac_says_what_is_missing():
+    """In a fresh interpreter where pyroute2 cannot be imported (as on a host without it)."""
     collection = next(p for p in sys.path if p.endswith("/collection"))
-    blocked = (
+    program = (
         "import sys; sys.modules['pyroute2'] = None\n"
         "import ansible_collections.xdpfleet.fabric.plugins.modules.trafficgen\n"
+        "from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator, sender\n"
+        "ipv4 = {'src': '198.51.100.1', 'dst': '198.51.100.2'}\n"
+        "try:\n"
+        "    sender.resolve_dst_mac({'packets': [{'headers': [{'ethernet': {}}, {'ipv4': ipv4}]}]}, 'lo')\n"
+        "except generator.TrafficgenError as exc:\n"
+        "    print(exc)\n"
     )
-    imported = subprocess.run([sys.executable, "-c", blocked], env={"PYTHONPATH": collection}, capture_output=True)
-    assert imported.returncode == 0, imported.stderr.decode()
-
-    monkeypatch.setitem(sys.modules, "pyroute2", None)  # what an import finds when the library is not installed
-    monkeypatch.delitem(sys.modules, "ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours", False)
-    doc = {"packets": [{"headers": [{"ethernet": {}}, {"ipv4": {"src": "198.51.100.1", "dst": "198.51.100.2"}}]}]}
-    with pytest.raises(sender.MissingLibrary) as missing:
-        sender.resolve_dst_mac(doc, "lo")
-    assert missing.value.library == "pyroute2" and "dst_mac" in missing.value.reason
+    env = {"PYTHONPATH": collection}
+    run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("dst_mac: not given and not resolvable: ")
+    assert missing_required_lib("pyroute2") in run.stdout

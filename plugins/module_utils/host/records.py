@@ -100,7 +100,7 @@ def teardown(host: HostPaths, check_mode: bool, stop_timeout: float = SENDER_STO
     """Senders first (each holds a return counter on its interface), then every instance, pins and records."""
     done = Teardown()
     for ifname in recorded_senders(host):
-        _, stopped = sender.stop(host.run_dir, ifname, check_mode, stop_timeout)
+        _pid, stopped = sender.stop(host.run_dir, ifname, check_mode, stop_timeout)
         done.senders.extend(stopped)
     for name in pinned_instances(host):
         try:

@@ -53,7 +53,7 @@ def present(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
     if not netdev.exists(ifname):
         raise tg.TrafficgenError(f"interface: {ifname} does not exist on this host")
     lo, hi = echo_ports(p["ports"], p["template"])
-    environment, _ = tg.preflight(ifname, 1)
+    environment, _warnings = tg.preflight(ifname, 1)
     if (no_bpffs := xp.bpffs_problem()):
         raise tg.TrafficgenError(no_bpffs)
     result = {"ports": [lo, hi], "environment": environment, "host": os.uname().nodename, "interface": ifname}

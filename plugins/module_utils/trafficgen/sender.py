@@ -16,12 +16,12 @@ import os
 import signal
 import threading
 import time
-import traceback
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError, resolve
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import (
@@ -34,22 +34,15 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544
 STOP_SECONDS = 30.0  # a sender finishes its current BPF_PROG_RUN call (about 0.5 s) and reports
 
 
-class MissingLibrary(tg.TrafficgenError):
-    """A Python library this run needs is not installed on the host (the module says so the Ansible way)."""
-
-    def __init__(self, library: str, reason: str):
-        self.library, self.reason = library, reason
-        self.traceback = traceback.format_exc()
-        super().__init__(f"{library} is required {reason}")
-
-
 def compile_source(src_dir: str, cache_dir: str, name: str, check_mode: bool, build_dir: str | None) -> str | None:
     """The object built from <src_dir>/trafficgen/<name>; None in check mode when the sources are not on the host
     yet (the xdp_host role copies them, and in check mode it copied nothing). Raises bpf_build.CompileError."""
     source = os.path.join(src_dir, "trafficgen", name)
     if check_mode and not os.path.isfile(source):
         return None
-    path, _ = bpf_build.compile_object(source, cache_dir, [os.path.join(src_dir, "include")], build_dir=build_dir)
+    path, _built = bpf_build.compile_object(
+        source, cache_dir, [os.path.join(src_dir, "include")], build_dir=build_dir
+    )
     return path
 
 
@@ -66,14 +59,11 @@ def outer_ip_dst(doc: dict) -> str | None:
 
 
 def resolve_dst_mac(doc: dict, ifname: str) -> str:
-    """The next hop's MAC for the template's outer IP destination, from the host's neighbour table."""
+    """The next hop's MAC for the template's outer IP destination, from the host's neighbour table (the one use of
+    pyroute2 here: without it, the error says so the Ansible way)."""
     address = outer_ip_dst(doc)
     if not address:
         raise tg.TrafficgenError("dst_mac: required: the template has no ethernet.dst and no IP destination")
-    try:
-        from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError, resolve
-    except ImportError as exc:
-        raise MissingLibrary("pyroute2", "to resolve dst_mac from the neighbour table (or give dst_mac)") from exc
     try:
         return resolve(address, netdev.ifindex(ifname), 3.0)
     except NeighbourError as exc:
@@ -143,8 +133,8 @@ def no_xmit_message(ifname: str, environment: dict) -> str:
 
 def run(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
     """mode=send, state=present, with the module's parameters `p`: check, then (unless check_mode) send. Returns
-    the module result. Raises pt.TemplateError, TrafficgenError (MissingLibrary among them) or
-    bpf_build.CompileError, all before anything on the host changed, or TrafficgenError when sending failed."""
+    the module result. Raises pt.TemplateError, TrafficgenError or bpf_build.CompileError, all before anything on
+    the host changed, or TrafficgenError when sending failed."""
     ifname = p["interface"]
     if not netdev.exists(ifname):
         raise tg.TrafficgenError(f"interface: {ifname} does not exist on this host")
