@@ -12,7 +12,8 @@ version_added: "0.1.0"
 description:
   - For each interface, reads the current values (C(ethtool -i -l -g -k -c), the MTU, the queue IRQs'
     C(smp_affinity_list)), merges the driver profile's defaults with the user's settings, checks everything, and
-    changes only what differs. Check mode and C(--diff) show each change, for example C(p3 channels rx 2 -> 1).
+    changes only what differs. Check mode reports each change in RV(changes), for example
+    C(p3 channels rx 2 -> 1); C(--diff) shows each changed setting's value before and after.
   - "Driver profiles (I(profile=auto) picks one by driver): C(ice) (Intel E810) and C(mlx5_core) (ConnectX):
     one combined channel per NUMA-local core and the queue IRQs spread over those cores, LRO off on mlx5_core;
     C(virtio_net): all combined channels and C(rx-gro-hw) off, which native XDP needs; C(veth): no defaults.
