@@ -290,7 +290,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import diff
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab import (
+    ARGUMENT_SPEC,
     HAS_PYROUTE2,
     LabError,
     check_lab_dir,
@@ -306,60 +308,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab import (
     up,
 )
 
-_ROUTE = {"to": {"type": "str", "default": "default"}, "via": {"type": "str", "required": True}}
-
-
-def _argument_spec() -> dict:
-    routes = {"type": "list", "elements": "dict", "default": [], "options": _ROUTE}
-    return {
-        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-        "prefix": {"type": "str", "required": True},
-        "mgmt_subnet": {"type": "str"},
-        "lab_dir": {"type": "path"},
-        "private_dirs": {"type": "list", "elements": "path", "default": ["/etc", "/var", "/boot"]},
-        "hosts": {
-            "type": "list",
-            "elements": "dict",
-            "default": [],
-            "options": {
-                "name": {"type": "str", "required": True},
-                "mgmt_ip": {"type": "str", "required": True},
-                "forwarding": {"type": "bool", "default": False},
-                "routes": routes,
-            },
-        },
-        "endpoints": {
-            "type": "list",
-            "elements": "dict",
-            "default": [],
-            "options": {
-                "name": {"type": "str", "required": True},
-                "forwarding": {"type": "bool", "default": False},
-                "routes": routes,
-            },
-        },
-        "links": {
-            "type": "list",
-            "elements": "dict",
-            "default": [],
-            "options": {
-                "ends": {
-                    "type": "list",
-                    "elements": "dict",
-                    "required": True,
-                    "options": {
-                        "node": {"type": "str", "required": True},
-                        "ifname": {"type": "str", "required": True},
-                        "addresses": {"type": "list", "elements": "str", "default": []},
-                    },
-                },
-                "mtu": {"type": "int", "default": 1500},
-                "queues": {"type": "int"},
-            },
-        },
-        "start_timeout": {"type": "float", "default": 20.0},
-    }
-
 
 def _absent(module: AnsibleModule) -> None:
     # Only prefix and lab_dir matter for removal; the rest of the description is not looked at.
@@ -371,7 +319,7 @@ def _absent(module: AnsibleModule) -> None:
         module.exit_json(**result)
     state = load_state(lab_dir) or {}
     result["changed"] = True
-    result["diff"] = {"before": summary(state.get("spec")), "after": ""}
+    result["diff"] = diff(f"lab {prefix}", summary(state.get("spec")), [])
     if module.check_mode:
         result["removed"] = {key: found[key] for key in ("processes", "root_links", "namespaces", "lab_dir")}
     else:
@@ -392,14 +340,14 @@ def _present(module: AnsibleModule) -> None:
     if not reasons:
         module.exit_json(changed=False, reasons=[], **describe(spec))
     before = summary((load_state(spec["lab_dir"]) or {}).get("spec"))
-    diff = {"before": before, "after": summary(spec)}
+    lab_diff = diff(f"lab {spec['prefix']}", before, summary(spec))
     found = existing(spec["prefix"], spec["lab_dir"])
     leftovers = found["namespaces"] or found["root_links"] or found["lab_dir"] or found["processes"]
     if module.check_mode:
-        module.exit_json(changed=True, reasons=reasons, diff=diff, lab_dir=spec["lab_dir"])
+        module.exit_json(changed=True, reasons=reasons, diff=lab_diff, lab_dir=spec["lab_dir"])
     removed = down(spec["prefix"], spec["lab_dir"]) if leftovers else None
     info = up(spec, module.params["start_timeout"])
-    result = {"changed": True, "reasons": reasons, "diff": diff, **info}
+    result = {"changed": True, "reasons": reasons, "diff": lab_diff, **info}
     if removed:
         result["removed"] = removed
     module.exit_json(**result)
@@ -407,7 +355,7 @@ def _present(module: AnsibleModule) -> None:
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=_argument_spec(),
+        argument_spec=ARGUMENT_SPEC,
         required_if=[("state", "present", ["mgmt_subnet"])],
         supports_check_mode=True,
     )

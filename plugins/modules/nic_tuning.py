@@ -12,7 +12,8 @@ version_added: "0.1.0"
 description:
   - For each interface, reads the current values (C(ethtool -i -l -g -k -c), the MTU, the queue IRQs'
     C(smp_affinity_list)), merges the driver profile's defaults with the user's settings, checks everything, and
-    changes only what differs. Check mode and C(--diff) show each change, for example C(p3 channels rx 2 -> 1).
+    changes only what differs. Check mode reports each change in RV(changes), for example
+    C(p3 channels rx 2 -> 1); C(--diff) shows each changed setting's value before and after.
   - "Driver profiles (I(profile=auto) picks one by driver): C(ice) (Intel E810) and C(mlx5_core) (ConnectX):
     one combined channel per NUMA-local core and the queue IRQs spread over those cores, LRO off on mlx5_core;
     C(virtio_net): all combined channels and C(rx-gro-hw) off, which native XDP needs; C(veth): no defaults.
@@ -116,115 +117,9 @@ interfaces:
   type: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import nic as nt
-
-
-def xdp_program(ifname: str) -> tuple[int, str | None]:
-    """(program id, mode) of the XDP program on the interface; (0, None) without one."""
-    ifindex = netdev.ifindex(ifname)
-    if ifindex is None:
-        return 0, None
-    state = libbpf.xdp_query(ifindex)
-    return state.prog_id, state.mode
-
-
-def irqbalance_running() -> bool:
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() == "irqbalance":
-                    return True
-        except OSError:
-            continue
-    return False
-
-
-def shown(current: nt.Current, profile: nt.Profile) -> dict:
-    return {"profile": profile.name, **{s: current.value(s) for s in nt.SETTINGS if s != "features"}}
-
-
-def apply_interface(module, ifname: str, changes: list[nt.Change], driver: str | None) -> None:
-    """Apply, then make sure an attached XDP program survived a channel change (else put the channels back)."""
-    before = xdp_program(ifname)
-    try:
-        nt.apply(ifname, changes, driver)
-    except nt.TuningError as exc:
-        module.fail_json(msg=str(exc), errors=exc.errors)
-    if before[0] and xdp_program(ifname) != before:
-        undo = [nt.Change(c.setting, c.key, c.after, c.before) for c in changes]
-        try:
-            nt.apply(ifname, undo, driver)
-        except nt.TuningError as exc:
-            module.fail_json(
-                msg=f"{ifname}: XDP program {before[0]} ({before[1]}) did not survive, and putting the "
-                f"settings back failed: {exc}"
-            )
-        module.fail_json(
-            msg=f"{ifname}: XDP program {before[0]} ({before[1]}) was not attached the same way after the "
-            "change; the previous settings are back"
-        )
-
-
-def present(module) -> dict:
-    record = nt.load_record(module.params["state_dir"])
-    planned, errors, result = [], [], {"changes": [], "interfaces": {}, "warnings": []}
-    for n, spec in enumerate(module.params["interfaces"] or []):
-        where = f"interfaces[{n}]"
-        try:
-            current, profile = nt.read_current(spec["name"], spec.get("profile") or "auto")
-            wanted = nt.resolve(spec, current, profile, where)
-        except nt.TuningError as exc:
-            errors += [e if e.startswith(where) else f"{where}.{e}" for e in exc.errors]
-            continue
-        planned.append((current, profile, nt.plan(current, wanted)))
-        if "irq_affinity" in wanted and irqbalance_running():
-            result["warnings"].append(f"{spec['name']}: irqbalance is running and will move the queue IRQs again")
-    if errors:  # every interface is checked before any changes
-        module.fail_json(msg="; ".join(errors), errors=errors)
-    for current, profile, changes in planned:
-        result["changes"] += [c.words(current.ifname) for c in changes]
-        if changes and not module.check_mode:
-            nt.remember(record, current.ifname, changes)
-            nt.save_record(module.params["state_dir"], record)  # before the change: teardown can always undo it
-            apply_interface(module, current.ifname, changes, current.driver.get("driver"))
-            current, profile = nt.read_current(current.ifname, profile.name)
-        result["interfaces"][current.ifname] = shown(current, profile)
-    return result
-
-
-def absent(module) -> dict:
-    record = nt.load_record(module.params["state_dir"])
-    names = [i["name"] for i in module.params["interfaces"] or []] or sorted(record["interfaces"])
-    result = {"changes": [], "interfaces": {}, "warnings": []}
-    for ifname in names:
-        if ifname not in record["interfaces"]:
-            continue
-        if not os.path.isdir(os.path.join(nt.SYSFS_NET, ifname)):
-            result["warnings"].append(f"{ifname}: gone from the host; its record is dropped")
-            changes = []
-        else:
-            try:
-                current, profile = nt.read_current(ifname, "none")
-            except nt.TuningError as exc:
-                module.fail_json(msg=str(exc), errors=exc.errors)
-            changes = nt.plan(current, nt.restoration(record, ifname))
-            result["changes"] += [c.words(ifname) for c in changes]
-            if changes and not module.check_mode:
-                apply_interface(module, ifname, changes, current.driver.get("driver"))
-                current, profile = nt.read_current(ifname, "none")
-            result["interfaces"][ifname] = shown(current, profile)
-        if not changes:  # the record itself goes: that is a change of the host's state too
-            result["changes"].append(f"{ifname}: forget the recorded original values (they are in place)")
-        if not module.check_mode:
-            del record["interfaces"][ifname]
-            nt.save_record(module.params["state_dir"], record)
-    return result
 
 
 def main() -> None:
@@ -249,14 +144,12 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    result = present(module) if module.params["state"] == "present" else absent(module)
-    result["changed"] = bool(result["changes"])
-    if result["changed"]:
-        result["diff"] = {
-            "before": "",
-            "after": "\n".join(result["changes"]) + "\n",
-            "after_header": f"nic_tuning {module.params['state']}",
-        }
+    p = module.params
+    run = nt.present if p["state"] == "present" else nt.absent
+    try:
+        result = run(p["interfaces"], p["state_dir"], module.check_mode)
+    except nt.TuningError as exc:
+        module.fail_json(msg=str(exc), errors=exc.errors)
     module.exit_json(**result)
 
 

@@ -141,7 +141,7 @@ removed:
   returned: state=absent
   type: list
   elements: str
-  sample: ["- p1: xdp_count tag 0d112e397a65ba3d native", "- map xdp_counters"]
+  sample: ["p1: detach xdp_count tag 0d112e397a65ba3d native", "remove map xdp_counters"]
 object:
   description: The object file that was loaded (the cache entry when compiled).
   returned: state=present
@@ -253,7 +253,7 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
         "state_file": paths.state_file,
     }
     if done.changed:
-        result["diff"] = done.diff(f"xdp_program {paths.name}")
+        result["diff"] = done.changes(f"xdp_program {paths.name}").diff()
     return result
 
 

@@ -108,8 +108,7 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     result = {"changed": any(r.changed for r in results), "instances": {r.name: r.report() for r in results}}
     if result["changed"]:
-        lines = [f"{r.name}: {line}" for r in results for line in r.changes]
-        result["diff"] = {"after_header": "xdpfleet", "before": "", "after": "\n".join(lines) + "\n"}
+        result["diff"] = hr.restored_diff(results)
     failed = [f"{r.name}: {r.error}" for r in results if r.error]
     if failed:
         module.fail_json(msg="not restored: " + "; ".join(failed), **result)

@@ -70,13 +70,13 @@ senders:
   returned: always
   type: list
   elements: str
-  sample: ["- sender on p3 (pid 4211)"]
+  sample: ["stop sender on p3 (pid 4211)"]
 instances:
   description: Per instance, what was removed (in check mode, what would be), one line each.
   returned: always
   type: dict
-  sample: {counter: ["- p1: xdp_count tag 0d112e397a65ba3d native", "- map xdp_counters",
-                     "- state file /var/lib/xdpfleet/programs/counter.json"]}
+  sample: {counter: ["p1: detach xdp_count tag 0d112e397a65ba3d native", "remove map xdp_counters",
+                     "remove state file /var/lib/xdpfleet/programs/counter.json"]}
 other_records:
   description: Records in I(state_dir) of the modules that put back their own changes (C(linux_vtep.json),
     C(nic_tuning.json), C(kernel_cmdline.json)); this module leaves them alone.
@@ -111,12 +111,12 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     result = {
         "changed": done.changed,
-        "senders": done.senders,
-        "instances": done.instances,
+        "senders": done.senders.steps,
+        "instances": {name: removed.steps for name, removed in done.instances.items()},
         "other_records": hr.other_records(host),
     }
     if done.changed:
-        result["diff"] = {"before_header": "xdpfleet", "before": "\n".join(done.lines()) + "\n", "after": ""}
+        result["diff"] = done.diff()
     module.exit_json(**result)
 
 

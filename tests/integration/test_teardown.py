@@ -73,13 +73,21 @@ def test_teardown_removes_everything_and_converges(lab):
     assert checked.rc == 0, checked
     would = checked.result(task=TEARDOWN_TASK, host="a")
     assert would["changed"] and {"counter", "vtep"} <= set(would["instances"]) and would["senders"]
-    assert "counter: p1: xdp_count" in checked.stdout  # the --diff, one line per thing that would go
+    # The --diff, one line per thing that would go, each in `before` only (shown as a removal).
+    assert "-counter: p1: xdp_count" in checked.stdout
+    gone = would["diff"]["before"].splitlines()
+    assert [line.split(" tag ")[0] for line in gone if line.startswith("counter: ")] == [
+        "counter: p1: xdp_count",
+        "counter: map xdp_counters",
+        "counter: state file /var/lib/xdpfleet/programs/counter.json",
+    ]
+    assert gone[0].startswith("sender on p3 (pid ") and would["diff"]["after"] == ""
     assert {"p1", "acc100", "p3"} <= set(xdp_interfaces(lab, "a")), "check mode changes nothing"
 
     run = lab.run_playbook(TEARDOWN)
     assert run.rc == 0, run
     (stopped,) = run.result(task=TEARDOWN_TASK, host="a")["senders"]
-    assert stopped.startswith("- sender on p3 (pid ") and "killed" not in stopped, stopped
+    assert stopped.startswith("stop sender on p3 (pid ") and "killed" not in stopped, stopped
     assert set(run.result(task=TEARDOWN_TASK, host="b")["instances"]) == {"vtep", "tg-echo-p3"}
     assert run.result(task="Remove the Linux VTEP baseline", host="l")["changed"]
     for host in HOSTS:
@@ -104,7 +112,7 @@ def test_teardown_of_a_partly_removed_instance(lab):
     run = lab.run_playbook(TEARDOWN, extra_vars={"teardown_hosts": "a"})
     assert run.rc == 0, run
     removed = run.result(task=TEARDOWN_TASK, host="a")["instances"]["counter"]
-    assert "- p1: stale pin" in removed and "- state file /var/lib/xdpfleet/programs/counter.json" in removed
+    assert "p1: remove stale pin" in removed and "remove state file /var/lib/xdpfleet/programs/counter.json" in removed
     assert lab.host_exec("a", ["test", "-e", "/sys/fs/bpf/xdpfleet"], check=False).returncode != 0
     assert records(lab, "a") == []
     assert lab.run_playbook(TEARDOWN, extra_vars={"teardown_hosts": "a"}).changed("a") == 0

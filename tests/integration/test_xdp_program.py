@@ -237,7 +237,21 @@ def test_absent_removes_everything_and_is_idempotent(clean):
     assert xdp_on(lab, "a", "p1")[1] == "native", "check mode detached"
     gone = run(lab, state="absent", diff=True)
     assert gone.rc == 0 and apply_result(gone)["changed"] is True
-    assert "- p1: xdp_count tag" in apply_result(gone)["diff"]["before"]
+    # Everything removed is a line of `before` only, so --diff shows each as a removal.
+    diff, tag = apply_result(gone)["diff"], apply_result(checked)["removed"][0].split(" tag ")[1]
+    assert diff["before"].splitlines() == [
+        f"p1: xdp_count tag {tag}",
+        f"p2: xdp_count tag {tag}",
+        "map xdp_counters",
+        "state file /var/lib/xdpfleet/programs/counter.json",
+    ]
+    assert diff["after"] == ""
+    assert apply_result(gone)["removed"] == apply_result(checked)["removed"] == [
+        f"p1: detach xdp_count tag {tag}",
+        f"p2: detach xdp_count tag {tag}",
+        "remove map xdp_counters",
+        "remove state file /var/lib/xdpfleet/programs/counter.json",
+    ]
     assert xdp_on(lab, "a", "p1") == (None, "none") and xdp_on(lab, "a", "p2") == (None, "none")
     assert lab.host_exec("a", ["test", "-e", "/sys/fs/bpf/xdpfleet"], check=False).returncode != 0
     assert lab.host_exec("a", ["test", "-e", "/var/lib/xdpfleet/programs/counter.json"], check=False).returncode != 0

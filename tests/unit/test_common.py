@@ -1,9 +1,11 @@
-"""module_utils/common: the change report and the schema error wording every module shares (no root)."""
+"""module_utils/common: the change report and the schema error wording every module shares, and what converge
+reports for a program's plan through it (no root, no kernel)."""
 
 import difflib
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import schema
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes, merged
 
 
 def unified(diff: dict) -> list[str]:
@@ -68,3 +70,51 @@ def test_special_wording_replaces_the_generic_message_only_where_it_answers():
         "local_ip: IPv6 is not supported"
     ]
     assert schema.problems(SCHEMA, {"vnis": [0]}, special=ipv6) == ["vnis[0]: 0 is below the minimum 1 (VNI)"]
+
+
+def test_merged_diffs_prefix_each_part_and_keep_removals_in_before():
+    counter = Changes("xdp_program counter")
+    counter.add("p1: detach xdp_count tag 1 native", key="p1", before="p1: xdp_count tag 1 native")
+    echo = Changes("echo tg-echo-p3")
+    echo.add("p3: attach xdp_echo tag 2 native", key="p3", after="p3: xdp_echo tag 2 native")
+    diff = merged("xdpfleet", {"counter": counter.diff(), "tg-echo-p3": echo.diff()})
+    assert diff["before_header"] == diff["after_header"] == "xdpfleet"
+    assert unified(diff) == ["-counter: p1: xdp_count tag 1 native", "+tg-echo-p3: p3: xdp_echo tag 2 native"]
+
+
+OLD, NEW = "xdp_count tag 1 native", "xdp_count tag 2 native"
+
+
+def converged(*steps: xp.Step, new_maps=()) -> xp.Converged:
+    return xp.Converged(plan=xp.Plan(steps=list(steps), new_maps=list(new_maps)), program={}, maps={})
+
+
+def test_each_plan_action_is_a_step_and_a_state_line_on_its_side():
+    done = converged(
+        xp.Step("p1", "unchanged", before=NEW, after=NEW),
+        xp.Step("p2", "attach", after=NEW),
+        xp.Step("p3", "replace", before=OLD, after=NEW),
+        xp.Step("p4", "detach", before=OLD),
+        new_maps=["xdp_counters"],
+    ).changes("xdp_program counter")
+    assert isinstance(done, Changes) and done.steps == [
+        f"p2: attach {NEW}",
+        f"p3: replace {NEW}",
+        f"p4: detach {OLD}",
+        "replace map xdp_counters (the pinned one no longer fits)",
+    ]
+    assert unified(done.diff()) == [
+        f"-p3: {OLD}",
+        f"-p4: {OLD}",
+        "-map xdp_counters (pinned)",
+        f"+p2: {NEW}",
+        f"+p3: {NEW}",
+        "+map xdp_counters (new: the pinned one no longer fits)",
+    ]
+
+
+def test_a_plan_with_nothing_to_do_is_no_change():
+    assert converged(xp.Step("p1", "unchanged", before=NEW, after=NEW)).changes("x").result() == {
+        "changed": False,
+        "changes": [],
+    }

@@ -22,16 +22,29 @@ def test_teardown_stops_senders_and_forgets_records(tmp_path):
     (tmp_path / "run" / "trafficgen-p5.pid").write_text("0\n")  # never a signal to the process group
     try:
         checked = hr.teardown(host, check_mode=True)
-        assert checked.senders == [
-            f"- sender on p3 (pid {sender.pid})",
-            f"- stale sender record {tmp_path}/run/trafficgen-p4.pid",
-            f"- stale sender record {tmp_path}/run/trafficgen-p5.pid",
+        assert checked.senders.steps == [
+            f"stop sender on p3 (pid {sender.pid})",
+            f"remove stale sender record {tmp_path}/run/trafficgen-p4.pid",
+            f"remove stale sender record {tmp_path}/run/trafficgen-p5.pid",
         ]
-        assert checked.instances == {"gone": ["- p9: stale pin", f"- state file {host.instance('gone').state_file}"]}
+        state_file = host.instance("gone").state_file
+        assert {name: c.steps for name, c in checked.instances.items()} == {
+            "gone": ["p9: remove stale pin", f"remove state file {state_file}"]
+        }
+        # Everything that goes is a line of `before` only: Ansible shows each as a removal.
+        assert checked.diff()["before"] == (
+            f"sender on p3 (pid {sender.pid})\n"
+            f"stale sender record {tmp_path}/run/trafficgen-p4.pid\n"
+            f"stale sender record {tmp_path}/run/trafficgen-p5.pid\n"
+            "gone: p9: stale pin\n"
+            f"gone: state file {state_file}\n"
+        )
+        assert checked.diff()["after"] == ""
         assert sender.poll() is None and (tmp_path / "state" / "programs" / "gone.json").exists(), "check mode"
 
         done = hr.teardown(host, check_mode=False, stop_timeout=5)
-        assert done.changed and done.senders == checked.senders and done.instances == checked.instances
+        assert done.changed and done.senders.steps == checked.senders.steps
+        assert done.diff() == checked.diff()
         assert sender.wait(timeout=5) == -15
         assert sorted(p.name for p in (tmp_path / "run").iterdir()) == []
         assert not (tmp_path / "state" / "programs" / "gone.json").exists()

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import nic as nt
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ethtool"
@@ -183,3 +184,11 @@ def test_the_first_original_is_kept_and_restored():
     nt.remember(record, "eth0", later)
     assert nt.restoration(record, "eth0") == {"mtu": 1500, "channels": {"combined": 4}}
     assert nt.plan(eth0, nt.restoration(record, "eth0")) == [], "the recorded values are what the NIC had"
+
+
+def test_the_report_shows_each_setting_before_and_after():
+    done = Changes("nic_tuning")
+    nt.report(done, "eth0", nt.plan(current("ice"), {"channels": {"combined": 16}, "mtu": 9000}))
+    assert done.steps == ["eth0: mtu 1500 -> 9000", "eth0: channels combined 4 -> 16"]
+    assert done.diff()["before"] == "eth0: mtu 1500\neth0: channels combined 4\n"
+    assert done.diff()["after"] == "eth0: mtu 9000\neth0: channels combined 16\n"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import declared_enums
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf, MapLayout, set_rodata, shape
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 
 PIN_ROOT = "/sys/fs/bpf/xdpfleet"
 STATE_DIR = "/var/lib/xdpfleet"
@@ -480,18 +481,26 @@ class Converged:
     def changed(self) -> bool:
         return self.plan.changed
 
-    def diff(self, label: str) -> dict:
-        """The plan as an Ansible diff: per interface, what runs before and after."""
-        changed_steps = [s for s in self.plan.steps if s.action != "unchanged"]
-        before = [f"{s.ifname}: {s.before}" for s in changed_steps if s.before]
-        after = [f"{s.ifname}: {s.after}" for s in changed_steps if s.action != "detach"]
-        after += [f"new map {n} (the pinned one no longer fits)" for n in self.plan.new_maps]
-        return {
-            "before_header": label,
-            "after_header": label,
-            "before": "\n".join(before) + "\n" if before else "",
-            "after": "\n".join(after) + "\n" if after else "",
-        }
+    def changes(self, header: str) -> Changes:
+        """The plan's steps ("p1: replace xdp_count tag ..."); the state lines are what each interface runs before
+        and after, and the maps the new version does not share with the old."""
+        changes = Changes(header)
+        for s in self.plan.steps:
+            if s.action == "unchanged":
+                continue
+            changes.add(
+                f"{s.ifname}: {s.action} {s.after or s.before}",
+                key=s.ifname,
+                before=f"{s.ifname}: {s.before}" if s.before else None,
+                after=f"{s.ifname}: {s.after}" if s.action != "detach" else None,
+            )
+        for name in self.plan.new_maps:
+            changes.add(
+                f"replace map {name} (the pinned one no longer fits)",
+                before=f"map {name} (pinned)",
+                after=f"map {name} (new: the pinned one no longer fits)",
+            )
+        return changes
 
 
 def converge(
@@ -529,12 +538,15 @@ def converge(
         )
 
 
-def remove(paths: InstancePaths, check_mode: bool) -> list[str]:
+def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> Changes:
     """Detach and unpin everything of an instance and forget it; returns what was (or would be) removed."""
-    removed = []
+    removed = Changes(f"{label} {paths.name}")
     for ifname in recorded_interfaces(paths):
         running = read_running(paths, ifname)
-        removed.append(f"- {ifname}: " + (running.describe() if running else "stale pin"))
+        if running:
+            removed.add(f"{ifname}: detach {running.describe()}", key=ifname, before=f"{ifname}: {running.describe()}")
+        else:
+            removed.add(f"{ifname}: remove stale pin", key=ifname, before=f"{ifname}: stale pin")
         try:
             if not check_mode:
                 detach_link(paths, ifname, running)
@@ -544,19 +556,19 @@ def remove(paths: InstancePaths, check_mode: bool) -> list[str]:
                 os.close(running.prog_fd)
     if os.path.isdir(paths.maps_dir):
         for name in sorted(os.listdir(paths.maps_dir)):
-            removed.append(f"- map {name}")
+            removed.add(f"remove map {name}", before=f"map {name}")
             if not check_mode:
                 libbpf.unpin(paths.map_pin(name))
     for directory in (paths.links_dir, paths.maps_dir, paths.pin_dir):
         if os.path.isdir(directory):
-            if not removed:
-                removed.append(f"- {directory}")
+            if not removed.changed:
+                removed.add(f"remove {directory}", before=directory)
             if not check_mode:
                 os.rmdir(directory)
     if not check_mode and os.path.isdir(paths.pin_root) and not os.listdir(paths.pin_root):
         os.rmdir(paths.pin_root)  # the last instance leaves no xdpfleet directory behind
     if os.path.exists(paths.state_file):
-        removed.append(f"- state file {paths.state_file}")
+        removed.add(f"remove state file {paths.state_file}", before=f"state file {paths.state_file}")
         if not check_mode:
             os.unlink(paths.state_file)
     return removed
@@ -564,12 +576,12 @@ def remove(paths: InstancePaths, check_mode: bool) -> list[str]:
 
 def removal(module, paths: InstancePaths, label: str) -> dict:
     """state=absent for a module that keeps an instance: remove it (or say what would go, in check mode) and return
-    changed, the removed items, and the diff; a failure fails the module naming the instance."""
+    changed, the steps taken (removed), and the diff; a failure fails the module naming the instance."""
     try:
-        removed = remove(paths, module.check_mode)
+        removed = remove(paths, module.check_mode, label)
     except (libbpf.LibbpfError, OSError) as exc:
         module.fail_json(msg=f"removing {label} {paths.name}: {exc}")
-    result = {"changed": bool(removed), "removed": removed}
-    if removed:
-        result["diff"] = {"before_header": f"{label} {paths.name}", "before": "\n".join(removed) + "\n", "after": ""}
+    result = {"changed": removed.changed, "removed": removed.steps}
+    if removed.changed:
+        result["diff"] = removed.diff()
     return result

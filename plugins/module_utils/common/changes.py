@@ -21,6 +21,16 @@ def diff(header: str, before, after) -> dict:
     return {"before_header": header, "after_header": header, "before": text(before), "after": text(after)}
 
 
+def merged(header: str, diffs: dict) -> dict:
+    """One diff of the diffs of several parts (part name -> diff), each line prefixed with its part's name ("" for
+    none), so that one module can report on several resources."""
+    lines = {"before": [], "after": []}
+    for name, part in diffs.items():
+        for side, found in lines.items():
+            found += [f"{name}: {line}" if name else line for line in part[side].splitlines()]
+    return diff(header, lines["before"], lines["after"])
+
+
 class Changes:
     """The steps taken on one resource and the state lines they replace.
 

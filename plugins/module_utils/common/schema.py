@@ -108,7 +108,8 @@ def render(error, root: str = "document") -> list[str]:
         noun = schema.get("title", "value")
         return [f"{where}: " + _with_rule(f"{quote(value)} is not a valid {noun}", schema)]
     if kind == "enum":
-        return [f"{where}: {quote(str(value))} is not one of {', '.join(map(str, expected))}"]
+        shown = quote(value) if isinstance(value, str) else json.dumps(value)
+        return [f"{where}: {shown} is not one of {', '.join(map(str, expected))}"]
     if kind == "minItems":
         return [f"{where}: " + _with_rule(f"must list at least {expected}, lists {len(value)}", schema)]
     if kind == "maxItems":
@@ -122,23 +123,33 @@ def _document_order(parts) -> tuple:
     return tuple((0, part, "") if isinstance(part, int) else (1, 0, str(part)) for part in parts)
 
 
-def problems(schema: dict, document: Any, root: str = "document", special=None) -> list[str]:
-    """Every schema problem of `document`, in document order of the paths, each once.
-
-    special(error, path) may word an error in the document's own terms (return a list of messages) or decline
-    (return None). Needs jsonschema, imported here so that callers import on a host without it.
-    """
+def validation_errors(schema: dict, document: Any) -> list:
+    """jsonschema's errors of `document`, in document order of their paths. Needs jsonschema, imported here so that
+    callers import on a host without it."""
     from jsonschema import Draft202012Validator
 
     validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
-    errors = sorted(validator.iter_errors(document), key=lambda e: (_document_order(e.absolute_path), e.validator))
+    return sorted(validator.iter_errors(document), key=lambda e: (_document_order(e.absolute_path), e.validator))
+
+
+def messages(errors, root: str = "document", special=None) -> list[str]:
+    """jsonschema errors as messages, each once, in the order of the errors.
+
+    special(error, path) may word an error in the document's own terms (return a list of messages) or decline
+    (return None).
+    """
     out: list[str] = []
     for error in errors:
-        messages = special(error, path(error.absolute_path, root)) if special else None
-        for message in messages if messages is not None else render(error, root):
+        worded = special(error, path(error.absolute_path, root)) if special else None
+        for message in worded if worded is not None else render(error, root):
             if message not in out:
                 out.append(message)
     return out
+
+
+def problems(schema: dict, document: Any, root: str = "document", special=None) -> list[str]:
+    """Every schema problem of `document`, in document order of the paths, each once (special: as in messages)."""
+    return messages(validation_errors(schema, document), root, special)
 
 
 def is_ipv6(text: Any) -> bool:

@@ -28,6 +28,8 @@ import signal
 import subprocess
 import time
 
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
 try:
     from pyroute2 import IPRoute, NetNS, netns
     from pyroute2.netlink.exceptions import NetlinkError
@@ -59,6 +61,63 @@ _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")  # valid as a hostname
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
 _IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]+$")  # safe inside overlay mount options and sh -c
+
+_ROUTES = {
+    "type": "list",
+    "elements": "dict",
+    "default": [],
+    "options": {"to": {"type": "str", "default": "default"}, "via": {"type": "str", "required": True}},
+}
+# The options of the xdpfleet.fabric.lab module, also applied (types and defaults) by normalize() to a description
+# that did not come through the module (tests/lablib.py).
+ARGUMENT_SPEC = {
+    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+    "prefix": {"type": "str", "required": True},
+    "mgmt_subnet": {"type": "str"},
+    "lab_dir": {"type": "path"},
+    "private_dirs": {"type": "list", "elements": "path", "default": list(DEFAULT_PRIVATE_DIRS)},
+    "hosts": {
+        "type": "list",
+        "elements": "dict",
+        "default": [],
+        "options": {
+            "name": {"type": "str", "required": True},
+            "mgmt_ip": {"type": "str", "required": True},
+            "forwarding": {"type": "bool", "default": False},
+            "routes": _ROUTES,
+        },
+    },
+    "endpoints": {
+        "type": "list",
+        "elements": "dict",
+        "default": [],
+        "options": {
+            "name": {"type": "str", "required": True},
+            "forwarding": {"type": "bool", "default": False},
+            "routes": _ROUTES,
+        },
+    },
+    "links": {
+        "type": "list",
+        "elements": "dict",
+        "default": [],
+        "options": {
+            "ends": {
+                "type": "list",
+                "elements": "dict",
+                "required": True,
+                "options": {
+                    "node": {"type": "str", "required": True},
+                    "ifname": {"type": "str", "required": True},
+                    "addresses": {"type": "list", "elements": "str", "default": []},
+                },
+            },
+            "mtu": {"type": "int", "default": 1500},
+            "queues": {"type": "int"},
+        },
+    },
+    "start_timeout": {"type": "float", "default": 20.0},
+}
 
 
 class LabError(Exception):
@@ -125,10 +184,10 @@ def _name(value, field: str) -> str:
 
 def _routes(routes, field: str) -> list[dict]:
     out = []
-    for i, route in enumerate(routes or []):
+    for i, route in enumerate(routes):
         rfield = f"{field}[{i}]"
-        via = _address(route.get("via"), f"{rfield}.via")
-        to = route.get("to", "default")
+        via = _address(route["via"], f"{rfield}.via")
+        to = route["to"]
         if to == "default":
             dst = ipaddress.ip_network("0.0.0.0/0" if via.version == 4 else "::/0")
         else:
@@ -154,15 +213,28 @@ def check_lab_dir(lab_dir: str | None, prefix: str) -> str:
     return lab_dir
 
 
+def _without_nulls(value):
+    """A null option is one left out, so that its default applies (Ansible keeps an explicit null)."""
+    if isinstance(value, dict):
+        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value]
+    return value
+
+
 def normalize(params: dict) -> dict:
     """Check a lab description and return its canonical form (plain JSON types, stored in state.json).
 
     params: prefix, mgmt_subnet, lab_dir (optional), private_dirs (optional), hosts, endpoints, links, as
-    documented in the module. Raises LabError naming the field on the first problem.
+    documented in the module (ARGUMENT_SPEC). Raises LabError naming the field on the first problem.
     """
-    prefix = check_prefix(params.get("prefix"))
+    checked = ArgumentSpecValidator(ARGUMENT_SPEC).validate(_without_nulls(params))
+    if checked.error_messages:
+        raise LabError("; ".join(checked.error_messages))
+    params = checked.validated_parameters
+    prefix = check_prefix(params["prefix"])
 
-    subnet = _network(params.get("mgmt_subnet"), "mgmt_subnet")
+    subnet = _network(params["mgmt_subnet"], "mgmt_subnet")
     if subnet.version != 4:
         raise LabError(f"mgmt_subnet: {subnet} must be an IPv4 network")
     _allowed(subnet, "mgmt_subnet")
@@ -170,10 +242,10 @@ def normalize(params: dict) -> dict:
         raise LabError(f"mgmt_subnet: {subnet} is too small; use a /29 or larger (bridge + hosts)")
     bridge_ip = next(subnet.hosts())
 
-    lab_dir = check_lab_dir(params.get("lab_dir"), prefix)
+    lab_dir = check_lab_dir(params["lab_dir"], prefix)
 
     private_dirs = []
-    for i, path in enumerate(params.get("private_dirs") or DEFAULT_PRIVATE_DIRS):
+    for i, path in enumerate(params["private_dirs"]):
         field = f"private_dirs[{i}]"
         path = os.path.normpath(str(path))
         if not _PATH_RE.match(path) or path in FORBIDDEN_PRIVATE_DIRS:
@@ -187,9 +259,9 @@ def normalize(params: dict) -> dict:
     nodes: dict[str, str] = {}  # name -> "host" | "endpoint"
     mgmt_ips: dict[str, str] = {}
     hosts = []
-    for i, host in enumerate(params.get("hosts") or []):
+    for i, host in enumerate(params["hosts"]):
         field = f"hosts[{i}]"
-        name = _name(host.get("name"), f"{field}.name")
+        name = _name(host["name"], f"{field}.name")
         if name in nodes:
             raise LabError(f"{field}.name: {name!r} is defined twice")
         root_link = mgmt_veth_name(prefix, name)
@@ -198,7 +270,7 @@ def normalize(params: dict) -> dict:
                 f"{field}.name: {name!r} makes the root-namespace link name {root_link!r} longer than "
                 f"{IFNAMSIZ_MAX} characters (IFNAMSIZ); use a shorter host name or prefix"
             )
-        if not host.get("mgmt_ip"):
+        if not host["mgmt_ip"]:
             raise LabError(f"{field}.mgmt_ip: missing for host {name!r} (set lab_mgmt_ip in the inventory)")
         ip = _address(host["mgmt_ip"], f"{field}.mgmt_ip")
         if ip not in subnet or ip in (subnet.network_address, subnet.broadcast_address, bridge_ip):
@@ -214,42 +286,42 @@ def normalize(params: dict) -> dict:
             {
                 "name": name,
                 "mgmt_ip": str(ip),
-                "forwarding": bool(host.get("forwarding", False)),
-                "routes": _routes(host.get("routes"), f"{field}.routes"),
+                "forwarding": host["forwarding"],
+                "routes": _routes(host["routes"], f"{field}.routes"),
             }
         )
 
     endpoints = []
-    for i, endpoint in enumerate(params.get("endpoints") or []):
+    for i, endpoint in enumerate(params["endpoints"]):
         field = f"endpoints[{i}]"
-        name = _name(endpoint.get("name"), f"{field}.name")
+        name = _name(endpoint["name"], f"{field}.name")
         if name in nodes:
             raise LabError(f"{field}.name: {name!r} is already a {nodes[name]} of the lab")
         nodes[name] = "endpoint"
         endpoints.append(
             {
                 "name": name,
-                "forwarding": bool(endpoint.get("forwarding", False)),
-                "routes": _routes(endpoint.get("routes"), f"{field}.routes"),
+                "forwarding": endpoint["forwarding"],
+                "routes": _routes(endpoint["routes"], f"{field}.routes"),
             }
         )
 
     ifnames: dict[tuple[str, str], str] = {(h["name"], MGMT_IFNAME): "the management interface" for h in hosts}
     ifnames.update({(n, "lo"): "the loopback" for n in nodes})
     links = []
-    for i, link in enumerate(params.get("links") or []):
+    for i, link in enumerate(params["links"]):
         field = f"links[{i}]"
-        ends = link.get("ends") or []
+        ends = link["ends"]
         if len(ends) != 2:
             raise LabError(f"{field}.ends: a link has exactly two ends, got {len(ends)}")
         out_ends = []
         for j, end in enumerate(ends):
             efield = f"{field}.ends[{j}]"
-            node = end.get("node")
+            node = end["node"]
             if node not in nodes:
                 known = ", ".join(sorted(nodes)) or "none"
                 raise LabError(f"{efield}.node: {node!r} is not a host or endpoint of the lab (known: {known})")
-            ifname = end.get("ifname")
+            ifname = end["ifname"]
             if not isinstance(ifname, str) or not _IFNAME_RE.match(ifname):
                 raise LabError(f"{efield}.ifname: {ifname!r} is not a valid interface name")
             if len(ifname) > IFNAMSIZ_MAX:
@@ -258,16 +330,16 @@ def normalize(params: dict) -> dict:
                 raise LabError(f"{efield}.ifname: {node} already has an interface {ifname!r} ({ifnames[node, ifname]})")
             ifnames[node, ifname] = field
             addresses = []
-            for k, value in enumerate(end.get("addresses") or []):
+            for k, value in enumerate(end["addresses"]):
                 iface = _interface(value, f"{efield}.addresses[{k}]")
                 if nodes[node] == "host" and iface.network.overlaps(subnet):
                     raise LabError(f"{efield}.addresses[{k}]: {iface} overlaps the management subnet {subnet}")
                 addresses.append(str(iface))
             out_ends.append({"node": node, "ifname": ifname, "addresses": addresses})
-        mtu = int(link.get("mtu") or 1500)
+        mtu = link["mtu"]
         if not 68 <= mtu <= 65535:
             raise LabError(f"{field}.mtu: {mtu} is outside 68..65535")
-        queues = link.get("queues")
+        queues = link["queues"]
         if queues is not None and not 1 <= int(queues) <= 256:
             raise LabError(f"{field}.queues: {queues} is outside 1..256")
         links.append({"ends": out_ends, "mtu": mtu, "queues": None if queues is None else int(queues)})
@@ -283,10 +355,10 @@ def normalize(params: dict) -> dict:
     }
 
 
-def summary(spec: dict | None) -> str:
+def summary(spec: dict | None) -> list[str]:
     """A readable one-object-per-line view of a lab, for --diff."""
     if not spec:
-        return ""
+        return []
     lines = [f"lab {spec['prefix']}: mgmt {spec['mgmt_subnet']} bridge {bridge_name(spec['prefix'])}"]
     for host in spec["hosts"]:
         extra = " forwarding" if host["forwarding"] else ""
@@ -301,7 +373,7 @@ def summary(spec: dict | None) -> str:
         queues = f" queues {link['queues']}" if link["queues"] else ""
         lines.append(f"link {a['node']}:{a['ifname']} <-> {b['node']}:{b['ifname']} mtu {link['mtu']}{queues}")
         lines += [f"  {end['node']}:{end['ifname']} {addr}" for end in (a, b) for addr in end["addresses"]]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 # --------------------------------------------------------------------------------------------------------------

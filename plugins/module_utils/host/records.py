@@ -18,21 +18,20 @@ restore also by the host-side boot entry point the xdp_host role installs (roles
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import time
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes, merged
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
 
 RUN_DIR = "/run/xdpfleet"
 OTHER_RECORDS = ("linux_vtep.json", "nic_tuning.json", "kernel_cmdline.json")
-SENDER_STOP_SECONDS = 30.0  # a sender finishes its current BPF_PROG_RUN call (about 0.5 s) and reports
+SENDER_STOP_SECONDS = sender.STOP_SECONDS
 
 
 @dataclass(frozen=True)
@@ -82,68 +81,33 @@ def other_records(host: HostPaths) -> list[str]:
     return [name for name in OTHER_RECORDS if os.path.isfile(os.path.join(host.state_dir, name))]
 
 
-def _exited(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # a zombie has exited
-    except (OSError, IndexError):
-        return True
-
-
-def _wait_exit(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not _exited(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def stop_sender(host: HostPaths, ifname: str, check_mode: bool, timeout: float = SENDER_STOP_SECONDS) -> str:
-    """Stop the sender recorded for an interface (SIGTERM: it detaches its return counter and reports; SIGKILL after
-    timeout: the kernel releases the counter with the process) and remove its records. Returns what was done."""
-    pid_file = tg.sender_pid_file(host.run_dir, ifname)
-    pid = tg.running_sender(pid_file)
-    line = f"- sender on {ifname} (pid {pid})" if pid else f"- stale sender record {pid_file}"
-    if check_mode:
-        return line
-    if pid:
-        os.kill(pid, signal.SIGTERM)
-        if not _wait_exit(pid, timeout):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            _wait_exit(pid, 5.0)
-            line += f", killed after {timeout:.0f} s"
-    for path in (pid_file, tg.sender_stats_file(host.run_dir, ifname)):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    return line
-
-
 @dataclass
 class Teardown:
-    senders: list[str] = field(default_factory=list)
-    instances: dict[str, list[str]] = field(default_factory=dict)  # name -> what was removed
+    senders: Changes = field(default_factory=lambda: Changes("senders"))  # stopped, their records gone
+    instances: dict[str, Changes] = field(default_factory=dict)  # name -> what was removed
 
     @property
     def changed(self) -> bool:
-        return bool(self.senders or self.instances)
+        return self.senders.changed or bool(self.instances)
 
-    def lines(self) -> list[str]:
-        return self.senders + [f"{name}: {line[2:]}" for name, lines in self.instances.items() for line in lines]
+    def diff(self) -> dict:
+        """Everything that went, one line each; an instance's lines start with its name."""
+        parts = {name: removed.diff() for name, removed in self.instances.items()}
+        return merged("xdpfleet", {"": self.senders.diff(), **parts})
 
 
 def teardown(host: HostPaths, check_mode: bool, stop_timeout: float = SENDER_STOP_SECONDS) -> Teardown:
     """Senders first (each holds a return counter on its interface), then every instance, pins and records."""
     done = Teardown()
     for ifname in recorded_senders(host):
-        done.senders.append(stop_sender(host, ifname, check_mode, stop_timeout))
+        _pid, stopped = sender.stop(host.run_dir, ifname, check_mode, stop_timeout)
+        done.senders.extend(stopped)
     for name in pinned_instances(host):
         try:
             removed = xp.remove(host.instance(name), check_mode)
         except (libbpf.LibbpfError, OSError) as exc:
             raise xp.XdpProgramError(f"removing instance {name}: {exc}") from exc
-        if removed:
+        if removed.changed:
             done.instances[name] = removed
     return done
 
@@ -156,9 +120,13 @@ class RestoreError(RuntimeError):
 class Restored:
     name: str
     kind: str  # program or vtep
-    changed: bool = False
-    changes: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)  # the steps taken
+    diff: dict | None = None  # the instance's state before and after
     error: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes)
 
     def report(self) -> dict:
         out = {"kind": self.kind, "changed": self.changed, "changes": self.changes}
@@ -179,7 +147,7 @@ def _load_record(paths: xp.InstancePaths) -> dict:
 
 def _restore_program(
     paths: xp.InstancePaths, record: dict, host: HostPaths, check_mode: bool, build_dir: str | None
-) -> list[str]:
+) -> tuple[list[str], dict | None]:
     interfaces = sorted(record["interfaces"])
     missing = [ifname for ifname in interfaces if not xp.ifindex_of(ifname)]
     if missing:
@@ -210,7 +178,8 @@ def _restore_program(
         )
     except (xp.XdpProgramError, libbpf.LibbpfError) as exc:
         raise RestoreError(str(exc)) from exc
-    return [f"{s.ifname}: {s.action} {s.after or s.before}" for s in done.plan.steps if s.action != "unchanged"]
+    changes = done.changes(paths.name)
+    return changes.steps, changes.diff() if changes.changed else None
 
 
 def _restore_vtep(
@@ -220,7 +189,7 @@ def _restore_vtep(
     check_mode: bool,
     build_dir: str | None,
     neighbour_timeout: float,
-) -> list[str]:
+) -> tuple[list[str], dict | None]:
     try:
         result = vd.deploy(
             paths,
@@ -236,9 +205,9 @@ def _restore_vtep(
     except vd.VtepError as exc:
         raise RestoreError(str(exc)) from exc
     if not result["changed"]:
-        return []
+        return [], None
     steps = [f"{ifname}: {action}" for ifname, action in result["program"].items() if action != "unchanged"]
-    return result["changes"] + steps
+    return result["changes"] + steps, result.get("diff")
 
 
 def restore(
@@ -263,10 +232,15 @@ def restore(
             record = _load_record(paths)
             if "vtep" in record:
                 outcome.kind = "vtep"
-                outcome.changes = _restore_vtep(paths, record, host, check_mode, build_dir, neighbour_timeout)
+                done = _restore_vtep(paths, record, host, check_mode, build_dir, neighbour_timeout)
             else:
-                outcome.changes = _restore_program(paths, record, host, check_mode, build_dir)
+                done = _restore_program(paths, record, host, check_mode, build_dir)
+            outcome.changes, outcome.diff = done
         except RestoreError as exc:
             outcome.error = str(exc)
-        outcome.changed = bool(outcome.changes)
     return results
+
+
+def restored_diff(results: list[Restored]) -> dict:
+    """The diffs of every restored instance as one, each line starting with the instance's name."""
+    return merged("xdpfleet", {r.name: r.diff for r in results if r.diff})

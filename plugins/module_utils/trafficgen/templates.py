@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import schema as schema_words
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.abi import (
     TG_BASES_MAX,
     TG_DIFF_U16,
@@ -60,7 +61,7 @@ def _header(required: tuple[str, ...] = (), **properties: dict) -> dict:
 
 
 _MAC_PATTERN = "^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$"
-_MAC = {"type": "string", "pattern": _MAC_PATTERN, "description": "a MAC address like 02:00:00:00:00:01"}
+_MAC = {"type": "string", "pattern": _MAC_PATTERN, "title": "MAC address", "description": "like 02:00:00:00:00:01"}
 _IPV4, _IPV6 = {"type": "string", "format": "ipv4"}, {"type": "string", "format": "ipv6"}
 _HEADERS = {
     "ethernet": _header(src=_MAC, dst=_MAC),
@@ -79,8 +80,8 @@ SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "required": ["name", "packets"],
     "properties": {
-        "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$",
-                 "description": "a name of 1 to 64 letters, digits, '_', '.' or '-'"},
+        "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$", "title": "name",
+                 "description": "1 to 64 letters, digits, '_', '.' or '-'"},
         "frame_size": _int(64, 9018, 64),
         "seed": {"type": "integer", "default": 1},
         "packets": {"type": "array", "minItems": 1, "maxItems": TG_BASES_MAX, "items": {"$ref": "#/$defs/packet"}},
@@ -93,7 +94,8 @@ SCHEMA: dict[str, Any] = {
                            "headers": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/header"}}},
         },
         "header": {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False,
-                   "properties": {kind: {"$ref": f"#/$defs/{kind}"} for kind in _HEADERS}},
+                   "properties": {kind: {"$ref": f"#/$defs/{kind}"} for kind in _HEADERS},
+                   "description": "a header is a mapping with one key, its kind"},
         **_HEADERS,
         "variation": {
             "type": "object", "additionalProperties": False, "required": ["range"],
@@ -221,34 +223,11 @@ def _count(values: range) -> int:
     return (values.stop - 1 - values.start) // values.step + 1  # len() overflows on IPv6 ranges
 
 
-def _path(parts) -> str:
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" if i else str(p) for i, p in enumerate(parts))
-
-
-def _render(error) -> list[str]:
-    """A jsonschema error in the template's own terms: "<path>: <rule>"."""
-    path, schema, value, kind = _path(error.absolute_path), error.schema, error.instance, error.validator
-    at = f"{path}." if path else ""
-    if kind == "required":
-        return [f"{at}{name}: required" for name in error.validator_value if name not in value]
-    if kind == "additionalProperties":
-        noun, known = "header kind" if "ethernet" in schema["properties"] else "field", ", ".join(schema["properties"])
-        return [f"{at}{name}: unknown {noun} (known: {known})" for name in value if name not in schema["properties"]]
-    if kind in ("minimum", "maximum"):
-        return [f"{path}: {value} is not in {schema.get('minimum', '')}..{schema.get('maximum', '')}"]
-    if kind in ("minItems", "maxItems"):
-        return [f"{path}: {len(value)} items, {'fewer' if kind == 'minItems' else 'more'} than {error.validator_value}"]
-    if kind in ("minProperties", "maxProperties"):
-        return [f"{path}: a header is a mapping with one key, its kind ({len(value)} keys given)"]
-    if kind == "oneOf":
-        return [f"{path}: give either field, or offset and size"]
-    if kind == "pattern":
-        return [f"{path}: {value!r} is not {schema['description']}"]
-    if kind == "format":
-        return [f"{path}: {value!r} is not an {_FAMILY_WORD[schema['format']]} address"]
-    if kind == "enum":
-        return [f"{path}: {value!r} is not one of {', '.join(map(str, schema['enum']))}"]
-    return [f"{path or 'template'}: {error.message}"]
+def _special(error, where: str) -> list[str] | None:
+    """The one schema rule whose generic wording would mislead: a variation names its bytes one way or the other."""
+    if error.validator == "oneOf":
+        return [f"{where}: give either field, or offset and size"]
+    return None
 
 
 def _check_packet(packet: dict, at: str, layout: _Layout) -> list[str]:
@@ -337,12 +316,8 @@ class _Plan(NamedTuple):
 
 def _check(doc: Any) -> _Plan:
     """Both passes: the schema, then, on the parts the schema found well-formed, the rules it cannot express."""
-    from jsonschema import Draft202012Validator
-
-    validator = Draft202012Validator(SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
-    schema_errors = list(validator.iter_errors(doc))
-    messages = {message for error in schema_errors for message in _render(error)}
-    errors = sorted(messages, key=lambda m: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", m)])
+    schema_errors = schema_words.validation_errors(SCHEMA, doc)
+    errors = schema_words.messages(schema_errors, "template", _special)
 
     def clean(*prefix) -> bool:
         return not any(tuple(error.absolute_path)[: len(prefix)] == prefix for error in schema_errors)
@@ -535,3 +510,14 @@ EXAMPLES: dict[str, dict] = {
         {"ipv4": {"src": "198.51.100.65", "dst": "198.51.100.66"}}, {"udp": {"src": 1024, "dst": 9}}]}],
         "variations": [{"field": "vxlan.vni", "range": [100, 163]}]},
 }
+
+
+def document(template: Any) -> dict:
+    """The template document a module's `template` argument gives: a document, or the name of a built-in one."""
+    if isinstance(template, str):
+        if template not in EXAMPLES:
+            raise TemplateError([f"no built-in template {template!r} (there are: {', '.join(EXAMPLES)})"])
+        return EXAMPLES[template]
+    if not isinstance(template, dict):
+        raise TemplateError(["must be a template document (a dict) or the name of a built-in one"])
+    return template

@@ -20,6 +20,8 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import changes
+
 PROC_CMDLINE = "/proc/cmdline"
 STATE_FILE = "kernel_cmdline.json"
 GRUBBY_PATHS = ("/usr/sbin/grubby", "/usr/bin/grubby")
@@ -288,11 +290,12 @@ def find_assignment(text: str, variable: str) -> Assignment | None:
     return Assignment(last.start(), last.end(), end, value, style)
 
 
-def _line_at(text: str, assignment: Assignment | None) -> str:
+def _line_at(text: str, assignment: Assignment | None) -> list[str]:
+    """The assignment's line, as a diff shows it ([] when there is none)."""
     if assignment is None:
-        return ""
+        return []
     end = text.find("\n", assignment.end)
-    return text[assignment.line_start : end if end >= 0 else len(text)] + "\n"
+    return [text[assignment.line_start : end if end >= 0 else len(text)]]
 
 
 # ------------------------------------------------------------------------------------------ files and commands
@@ -425,14 +428,8 @@ class GrubFile:
         return args
 
     def diff(self, plan: Plan) -> dict:
-        header = f"{self.path} {self.variable}"
         after = _line_at(plan.after, self._find(plan.after, self.variable))
-        return {
-            "before_header": header,
-            "after_header": header,
-            "before": _line_at(self.text, self.assignment),
-            "after": after,
-        }
+        return changes.diff(f"{self.path} {self.variable}", _line_at(self.text, self.assignment), after)
 
     def warnings(self, absent: list[str], plan: Plan) -> list[str]:
         found = []
@@ -548,14 +545,9 @@ class Grubby:
 
     def diff(self, plan: Plan) -> dict:
         def lines(kernels):
-            return "".join(f"{k}: {v}\n" for k, v in kernels.items())
+            return [f"{k}: {v}" for k, v in kernels.items()]
 
-        return {
-            "before_header": "grubby",
-            "after_header": "grubby",
-            "before": lines(self.kernels),
-            "after": lines(plan.after),
-        }
+        return changes.diff("grubby", lines(self.kernels), lines(plan.after))
 
     def warnings(self, absent: list[str], plan: Plan) -> list[str]:
         return []

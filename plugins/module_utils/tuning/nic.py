@@ -17,6 +17,9 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.netdev import read_text
 
 ETHTOOL = "ethtool"
@@ -416,9 +419,16 @@ class Change:
     before: object
     after: object
 
+    @property
+    def what(self) -> str:
+        return self.setting if self.key is None else f"{self.setting} {self.key}"
+
     def words(self, ifname: str) -> str:
-        what = self.setting if self.key is None else f"{self.setting} {self.key}"
-        return f"{ifname}: {what} {_show(self.before)} -> {_show(self.after)}"
+        return f"{ifname}: {self.what} {_show(self.before)} -> {_show(self.after)}"
+
+    def state(self, ifname: str, value) -> str | None:
+        """The setting at `value` as a line of the diff; None when it has no value (the NIC did not report one)."""
+        return None if value is None else f"{ifname}: {self.what} {_show(value)}"
 
 
 def _show(value) -> str:
@@ -530,3 +540,122 @@ def restoration(record: dict, ifname: str) -> dict:
     """The recorded originals of one interface in the shape resolve() returns (irq affinities keyed by IRQ)."""
     originals = record["interfaces"].get(ifname, {})
     return {s: originals[s] for s in SETTINGS if s in originals}
+
+
+# ---- the module's work: every interface checked, then each changed -------------------------------------------------
+
+
+def xdp_program(ifname: str) -> tuple[int, str | None]:
+    """(program id, mode) of the XDP program on the interface; (0, None) without one."""
+    ifindex = netdev.ifindex(ifname)
+    if ifindex is None:
+        return 0, None
+    state = libbpf.xdp_query(ifindex)
+    return state.prog_id, state.mode
+
+
+def irqbalance_running() -> bool:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "irqbalance":
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def shown(current: Current, profile: Profile) -> dict:
+    return {"profile": profile.name, **{s: current.value(s) for s in SETTINGS if s != "features"}}
+
+
+def apply_interface(ifname: str, changes: list[Change], driver: str | None) -> None:
+    """Apply, then make sure an attached XDP program survived a channel change (else put the channels back)."""
+    before = xdp_program(ifname)
+    apply(ifname, changes, driver)
+    if before[0] and xdp_program(ifname) != before:
+        undo = [Change(c.setting, c.key, c.after, c.before) for c in changes]
+        try:
+            apply(ifname, undo, driver)
+        except TuningError as exc:
+            raise TuningError(
+                [
+                    f"{ifname}: XDP program {before[0]} ({before[1]}) did not survive, and putting the settings back "
+                    f"failed: {exc}"
+                ]
+            ) from exc
+        raise TuningError(
+            [
+                f"{ifname}: XDP program {before[0]} ({before[1]}) was not attached the same way after the change; the "
+                "previous settings are back"
+            ]
+        )
+
+
+def report(done: Changes, ifname: str, changes: list[Change]) -> None:
+    """Add an interface's changes to the module's report: each change a step, each setting's values the diff."""
+    for c in changes:
+        key = (ifname, c.setting, c.key)
+        done.add(c.words(ifname), key=key, before=c.state(ifname, c.before), after=c.state(ifname, c.after))
+
+
+def present(interfaces: list[dict] | None, state_dir: str, check_mode: bool) -> dict:
+    """state=present: resolve and check every interface first, then change each, recording the original values
+    before the change. Returns the module result; raises TuningError naming the fields."""
+    record = load_record(state_dir)
+    done = Changes("nic_tuning")
+    planned, errors, result = [], [], {"interfaces": {}, "warnings": []}
+    for n, spec in enumerate(interfaces or []):
+        where = f"interfaces[{n}]"
+        try:
+            current, profile = read_current(spec["name"], spec.get("profile") or "auto")
+            wanted = resolve(spec, current, profile, where)
+        except TuningError as exc:
+            errors += [e if e.startswith(where) else f"{where}.{e}" for e in exc.errors]
+            continue
+        planned.append((current, profile, plan(current, wanted)))
+        if "irq_affinity" in wanted and irqbalance_running():
+            result["warnings"].append(f"{spec['name']}: irqbalance is running and will move the queue IRQs again")
+    if errors:  # every interface is checked before any changes
+        raise TuningError(errors)
+    for current, profile, changes in planned:
+        report(done, current.ifname, changes)
+        if changes and not check_mode:
+            remember(record, current.ifname, changes)
+            save_record(state_dir, record)  # before the change: teardown can always undo it
+            apply_interface(current.ifname, changes, current.driver.get("driver"))
+            current, profile = read_current(current.ifname, profile.name)
+        result["interfaces"][current.ifname] = shown(current, profile)
+    return {**result, **done.result()}
+
+
+def absent(interfaces: list[dict] | None, state_dir: str, check_mode: bool) -> dict:
+    """state=absent: put back the recorded original values of the interfaces named (all recorded ones by default)
+    and forget them. Returns the module result; raises TuningError."""
+    record = load_record(state_dir)
+    names = [i["name"] for i in interfaces or []] or sorted(record["interfaces"])
+    done = Changes("nic_tuning")
+    result = {"interfaces": {}, "warnings": []}
+    for ifname in names:
+        if ifname not in record["interfaces"]:
+            continue
+        if not os.path.isdir(os.path.join(SYSFS_NET, ifname)):
+            result["warnings"].append(f"{ifname}: gone from the host; its record is dropped")
+            changes = []
+        else:
+            current, profile = read_current(ifname, "none")
+            changes = plan(current, restoration(record, ifname))
+            report(done, ifname, changes)
+            if changes and not check_mode:
+                apply_interface(ifname, changes, current.driver.get("driver"))
+                current, profile = read_current(ifname, "none")
+            result["interfaces"][ifname] = shown(current, profile)
+        if not changes:  # the record itself goes: that is a change of the host's state too
+            done.add(
+                f"{ifname}: forget the recorded original values (they are in place)",
+                before=f"{ifname}: recorded original values",
+            )
+        if not check_mode:
+            del record["interfaces"][ifname]
+            save_record(state_dir, record)
+    return {**result, **done.result()}

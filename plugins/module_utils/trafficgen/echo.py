@@ -1,0 +1,79 @@
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+"""The echo server as the trafficgen module keeps it (mode=echo): bpf/trafficgen/echo.c attached to an interface
+as an ordinary program instance (bpf/program.py), named tg-echo-<interface>, and the counters of what it echoed."""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.sender import compile_source
+
+
+def instance_paths(ifname: str, pin_root: str, state_dir: str) -> xp.InstancePaths:
+    return xp.InstancePaths(f"tg-echo-{ifname}", pin_root, state_dir)
+
+
+def read_counters(paths: xp.InstancePaths) -> dict | None:
+    """Frames and bytes echoed since the echo server was attached; None when it is not."""
+    try:
+        with libbpf.PinnedMap(paths.map_pin("echo_counters")) as pinned:
+            values = TypedMap(pinned, tg.ECHO_LAYOUTS[0]).get(0) or []
+    except libbpf.LibbpfError:
+        return None
+    return {"packets": sum(v.packets for v in values), "bytes": sum(v.bytes for v in values)}
+
+
+def echo_ports(ports: list[int] | None, template) -> tuple[int, int]:
+    """The UDP destination ports echoed: `ports` as [low, high], else the template's destination ports."""
+    if ports:
+        if len(ports) != 2 or not 0 <= ports[0] <= ports[1] <= 65535:
+            raise tg.TrafficgenError(f"ports: {ports} must be [low, high] with 0 <= low <= high <= 65535")
+        return ports[0], ports[1]
+    if template is None:
+        raise tg.TrafficgenError("ports: required with mode=echo when no template is given")
+    doc = pt.document(template)
+    pt.validate(doc)
+    # The destination ports are in the headers the template declares; MACs do not matter here.
+    return pt.build(doc, src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02").udp_dst_ports
+
+
+def present(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
+    """mode=echo, state=present, with the module's parameters `p`: attach the echo server (or keep it). Returns the
+    module result. Raises pt.TemplateError, TrafficgenError, bpf_build.CompileError or xp.XdpProgramError."""
+    ifname = p["interface"]
+    paths = instance_paths(ifname, p["pin_root"], p["state_dir"])
+    if not netdev.exists(ifname):
+        raise tg.TrafficgenError(f"interface: {ifname} does not exist on this host")
+    lo, hi = echo_ports(p["ports"], p["template"])
+    environment, _warnings = tg.preflight(ifname, 1)
+    if (no_bpffs := xp.bpffs_problem()):
+        raise tg.TrafficgenError(no_bpffs)
+    result = {"ports": [lo, hi], "environment": environment, "host": os.uname().nodename, "interface": ifname}
+    object_path = compile_source(p["src_dir"], p["cache_dir"], "echo.c", check_mode, build_dir)
+    if object_path is None:
+        changes = Changes(f"echo {paths.name}")
+        changes.add(
+            f"{ifname}: attach the echo server (ports {lo}-{hi})", key=ifname, after=f"{ifname}: echo server"
+        )
+        return {**result, **changes.result(), "counters": None}
+    done = xp.converge(
+        paths,
+        object_path,
+        "xdp_echo",
+        p["attach_mode"],
+        {"port_lo": lo, "port_hi": hi},
+        [ifname],
+        os.path.join(p["src_dir"], "trafficgen", "echo.c"),
+        build={"include_dirs": [os.path.join(p["src_dir"], "include")], "defines": {}},
+        layouts=tg.ECHO_LAYOUTS,
+        check_mode=check_mode,
+    )
+    return {**result, **done.changes(f"echo {paths.name}").result(), "counters": read_counters(paths)}

@@ -1,0 +1,96 @@
+"""Stopping a sender by its record (trafficgen state=absent and teardown), with real processes standing in for
+senders: one that ends on SIGTERM, one that ignores it."""
+
+import signal
+import subprocess
+import sys
+
+import pytest
+from ansible.module_utils.basic import missing_required_lib
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender
+
+IGNORES_SIGTERM = (
+    "import signal, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+@pytest.fixture
+def records(tmp_path):
+    """The run dir, and a function that records a process as the sender on p3 (pid file and live statistics)."""
+
+    def record(process: subprocess.Popen) -> None:
+        (tmp_path / "trafficgen-p3.pid").write_text(f"{process.pid}\n")
+        (tmp_path / "trafficgen-p3.jsonl").write_text("{}\n")
+
+    return tmp_path, record
+
+
+def test_a_sender_that_ignores_sigterm_is_killed(records):
+    run_dir, record = records
+    stubborn = subprocess.Popen([sys.executable, "-c", IGNORES_SIGTERM], stdout=subprocess.PIPE, text=True)
+    try:
+        assert stubborn.stdout.readline() == "ready\n"  # SIGTERM is ignored from here on
+        record(stubborn)
+        pid, changes = sender.stop(str(run_dir), "p3", check_mode=False, timeout=0.5)
+        assert pid == stubborn.pid
+        assert stubborn.wait(timeout=5) == -signal.SIGKILL
+        assert changes.steps == [f"stop sender on p3 (pid {pid}), killed after 0.5 s"]
+        assert changes.diff()["before"] == f"sender on p3 (pid {pid})\n" and changes.diff()["after"] == ""
+        assert list(run_dir.iterdir()) == [], "its records went with it"
+    finally:
+        if stubborn.poll() is None:
+            stubborn.kill()
+            stubborn.wait()
+
+
+def test_a_sender_that_ends_on_sigterm_is_not_killed_and_check_mode_stops_nothing(records):
+    run_dir, record = records
+    polite = subprocess.Popen(["sleep", "60"])
+    try:
+        record(polite)
+        pid, checked = sender.stop(str(run_dir), "p3", check_mode=True)
+        assert pid == polite.pid and checked.steps == [f"stop sender on p3 (pid {pid})"]
+        assert polite.poll() is None and len(list(run_dir.iterdir())) == 2, "check mode"
+
+        pid, changes = sender.stop(str(run_dir), "p3", check_mode=False, timeout=5)
+        assert polite.wait(timeout=5) == -signal.SIGTERM
+        assert changes.steps == checked.steps and list(run_dir.iterdir()) == []
+    finally:
+        if polite.poll() is None:
+            polite.kill()
+            polite.wait()
+
+
+def test_no_record_is_no_change_and_a_stale_one_goes(records):
+    run_dir, _ = records
+    assert sender.stop(str(run_dir), "p3", check_mode=False)[1].result() == {"changed": False, "changes": []}
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    (run_dir / "trafficgen-p3.pid").write_text(f"{exited.pid}\n")
+    pid, changes = sender.stop(str(run_dir), "p3", check_mode=False)
+    assert pid is None and changes.steps == [f"remove stale sender record {run_dir}/trafficgen-p3.pid"]
+    assert list(run_dir.iterdir()) == []
+
+
+def test_without_pyroute2_the_module_imports_and_resolving_dst_mac_says_what_is_missing():
+    """In a fresh interpreter where pyroute2 cannot be imported (as on a host without it)."""
+    collection = next(p for p in sys.path if p.endswith("/collection"))
+    program = (
+        "import sys; sys.modules['pyroute2'] = None\n"
+        "import ansible_collections.xdpfleet.fabric.plugins.modules.trafficgen\n"
+        "from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator, sender\n"
+        "ipv4 = {'src': '198.51.100.1', 'dst': '198.51.100.2'}\n"
+        "try:\n"
+        "    sender.resolve_dst_mac({'packets': [{'headers': [{'ethernet': {}}, {'ipv4': ipv4}]}]}, 'lo')\n"
+        "except generator.TrafficgenError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {"PYTHONPATH": collection}
+    run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("dst_mac: not given and not resolvable: ")
+    assert missing_required_lib("pyroute2") in run.stdout
