@@ -4,8 +4,13 @@ The test lab mirrors the default inventory's topology (hosts a, b; endpoints e1,
 under prefix `xt` with management subnet 198.51.100.128/27, so it never clashes with the default lab `xf`
 (198.51.100.0/27). XDPFLEET_TEST_LAB_PREFIX / XDPFLEET_TEST_LAB_SUBNET override both, for running a second
 test session next to one already running.
+
+Under pytest-xdist (`make test` runs two workers, `--dist loadfile`: every file on one worker) each worker has a
+lab of its own: prefix `xt0`, `xt1`, ... and an equal share of the subnet (198.51.100.128/28 and .144/28), so the
+workers' labs run side by side.
 """
 
+import ipaddress
 import os
 import sys
 from pathlib import Path
@@ -19,8 +24,36 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from lablib import Lab
 
-LAB_PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
-LAB_SUBNET = os.environ.get("XDPFLEET_TEST_LAB_SUBNET", "198.51.100.128/27")
+# The smallest share of the subnet a worker's lab may get: the bridge and the standard topology's five hosts fit a
+# /28, with room for test_lab's clash address (the share's last address but one).
+SMALLEST_WORKER_SUBNET = 28
+
+
+def worker_lab(prefix: str, subnet: str) -> tuple[str, str]:
+    """(prefix, management subnet) of this process's test lab: as given, or this xdist worker's own."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return prefix, subnet
+    index, count = int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    network = ipaddress.ip_network(subnet)
+    split = (count - 1).bit_length()
+    if network.prefixlen + split > SMALLEST_WORKER_SUBNET:
+        raise pytest.UsageError(
+            f"XDPFLEET_TEST_LAB_SUBNET: {subnet} is too small for {count} workers' labs (each needs a "
+            f"/{SMALLEST_WORKER_SUBNET}): use fewer workers or a larger subnet"
+        )
+    return f"{prefix}{index}", str(list(network.subnets(prefixlen_diff=split))[index])
+
+
+LAB_PREFIX, LAB_SUBNET = worker_lab(
+    os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt"), os.environ.get("XDPFLEET_TEST_LAB_SUBNET", "198.51.100.128/27")
+)
+
+# Files that take longest (seconds on an idle 2-core machine, from `pytest --durations`), started first so that the
+# workers finish together; every other file follows in collection order. Only the schedule depends on this list.
+LONGEST_FILES = {
+    "scale/test_scale.py": 0,
+}
 
 
 def pytest_collection_modifyitems(items):
@@ -28,6 +61,11 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "lab" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.lab)
+
+    def file_cost(item) -> float:
+        return -LONGEST_FILES.get(Path(item.path).relative_to(REPO / "tests").as_posix(), 0)
+
+    items.sort(key=file_cost)  # stable: the tests of a file keep their order
 
 
 @pytest.fixture(scope="session")
