@@ -52,7 +52,17 @@ LAB_PREFIX, LAB_SUBNET = worker_lab(
 # Files that take longest (seconds on an idle 2-core machine, from `pytest --durations`), started first so that the
 # workers finish together; every other file follows in collection order. Only the schedule depends on this list.
 LONGEST_FILES = {
-    "scale/test_scale.py": 0,
+    "scale/test_scale.py": 500,
+    "integration/test_vtep.py": 300,
+    "integration/test_rollout.py": 250,
+    "integration/test_site.py": 200,
+    "integration/test_xdp_program.py": 150,
+    "integration/test_teardown.py": 100,
+    "integration/test_lab.py": 90,
+    "integration/test_restore.py": 80,
+    "integration/test_perf.py": 70,
+    "integration/test_nic_tuning_lab.py": 60,
+    "integration/test_collection_build.py": 50,
 }
 
 
