@@ -49,21 +49,24 @@ LAB_PREFIX, LAB_SUBNET = worker_lab(
     os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt"), os.environ.get("XDPFLEET_TEST_LAB_SUBNET", "198.51.100.128/27")
 )
 
-# Files that take longest (seconds on an idle 2-core machine, from `pytest --durations`), started first so that the
-# workers finish together; every other file follows in collection order. Only the schedule depends on this list.
-LONGEST_FILES = {
-    "scale/test_scale.py": 500,
-    "integration/test_vtep.py": 300,
-    "integration/test_rollout.py": 250,
-    "integration/test_site.py": 200,
-    "integration/test_xdp_program.py": 150,
-    "integration/test_teardown.py": 100,
-    "integration/test_lab.py": 90,
-    "integration/test_restore.py": 80,
-    "integration/test_perf.py": 70,
-    "integration/test_nic_tuning_lab.py": 60,
-    "integration/test_collection_build.py": 50,
-}
+# The files that start first, in this order; every other file follows in collection order. Under xdist a worker
+# takes the next file when it is almost done with its own, so the longest files go first and the workers finish
+# together (seconds: one worker's share of a two-worker `pytest --durations` run on a busy 2-core machine). The
+# schedule is all that depends on this list.
+START_FIRST = (
+    "scale/test_scale.py",  # 450 s, its own 13-host lab
+    "integration/test_lab.py",  # 130 s; it takes the lab down and brings it up fresh: the files after it on the same
+    # worker then find the C sources copied and the objects compiled on the hosts, once
+    "integration/test_vtep.py",  # 400 s
+    "integration/test_rollout.py",  # 360 s
+    "integration/test_site.py",  # 240 s
+    "integration/test_xdp_program.py",  # 160 s
+    "integration/test_teardown.py",  # 145 s
+    "integration/test_perf.py",  # 135 s
+    "integration/test_restore.py",  # 105 s
+    "integration/test_linux_vtep.py",  # 90 s
+    "integration/test_nic_tuning_lab.py",  # 90 s
+)
 
 
 def pytest_collection_modifyitems(items):
@@ -72,10 +75,11 @@ def pytest_collection_modifyitems(items):
         if "lab" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.lab)
 
-    def file_cost(item) -> float:
-        return -LONGEST_FILES.get(Path(item.path).relative_to(REPO / "tests").as_posix(), 0)
+    def start_rank(item) -> int:
+        path = Path(item.path).relative_to(REPO / "tests").as_posix()
+        return START_FIRST.index(path) if path in START_FIRST else len(START_FIRST)
 
-    items.sort(key=file_cost)  # stable: the tests of a file keep their order
+    items.sort(key=start_rank)  # stable: the tests of a file keep their order
 
 
 @pytest.fixture(scope="session")
