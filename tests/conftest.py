@@ -4,8 +4,13 @@ The test lab mirrors the default inventory's topology (hosts a, b; endpoints e1,
 under prefix `xt` with management subnet 198.51.100.128/27, so it never clashes with the default lab `xf`
 (198.51.100.0/27). XDPFLEET_TEST_LAB_PREFIX / XDPFLEET_TEST_LAB_SUBNET override both, for running a second
 test session next to one already running.
+
+Under pytest-xdist (`make test` runs two workers, `--dist loadfile`: every file on one worker) each worker has a
+lab of its own: prefix `xt0`, `xt1`, ... and an equal share of the subnet (198.51.100.128/28 and .144/28), so the
+workers' labs run side by side.
 """
 
+import ipaddress
 import os
 import sys
 from pathlib import Path
@@ -19,8 +24,49 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from lablib import Lab
 
-LAB_PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
-LAB_SUBNET = os.environ.get("XDPFLEET_TEST_LAB_SUBNET", "198.51.100.128/27")
+# The smallest share of the subnet a worker's lab may get: the bridge and the standard topology's five hosts fit a
+# /28, with room for test_lab's clash address (the share's last address but one).
+SMALLEST_WORKER_SUBNET = 28
+
+
+def worker_lab(prefix: str, subnet: str) -> tuple[str, str]:
+    """(prefix, management subnet) of this process's test lab: as given, or this xdist worker's own."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return prefix, subnet
+    index, count = int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    network = ipaddress.ip_network(subnet)
+    split = (count - 1).bit_length()
+    if network.prefixlen + split > SMALLEST_WORKER_SUBNET:
+        raise pytest.UsageError(
+            f"XDPFLEET_TEST_LAB_SUBNET: {subnet} is too small for {count} workers' labs (each needs a "
+            f"/{SMALLEST_WORKER_SUBNET}): use fewer workers or a larger subnet"
+        )
+    return f"{prefix}{index}", str(list(network.subnets(prefixlen_diff=split))[index])
+
+
+LAB_PREFIX, LAB_SUBNET = worker_lab(
+    os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt"), os.environ.get("XDPFLEET_TEST_LAB_SUBNET", "198.51.100.128/27")
+)
+
+# The files that start first, in this order; every other file follows in collection order. Under xdist a worker
+# takes the next file when it is almost done with its own, so the longest files go first and the workers finish
+# together (seconds: one worker's share of a two-worker `pytest --durations` run on a busy 2-core machine). The
+# schedule is all that depends on this list.
+START_FIRST = (
+    "scale/test_scale.py",  # 450 s, its own 13-host lab
+    "integration/test_lab.py",  # 130 s; it takes the lab down and brings it up fresh: the files after it on the same
+    # worker then find the C sources copied and the objects compiled on the hosts, once
+    "integration/test_vtep.py",  # 400 s
+    "integration/test_rollout.py",  # 360 s
+    "integration/test_site.py",  # 240 s
+    "integration/test_xdp_program.py",  # 160 s
+    "integration/test_teardown.py",  # 145 s
+    "integration/test_perf.py",  # 135 s
+    "integration/test_restore.py",  # 105 s
+    "integration/test_linux_vtep.py",  # 90 s
+    "integration/test_nic_tuning_lab.py",  # 90 s
+)
 
 
 def pytest_collection_modifyitems(items):
@@ -28,6 +74,12 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "lab" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.lab)
+
+    def start_rank(item) -> int:
+        path = Path(item.path).relative_to(REPO / "tests").as_posix()
+        return START_FIRST.index(path) if path in START_FIRST else len(START_FIRST)
+
+    items.sort(key=start_rank)  # stable: the tests of a file keep their order
 
 
 @pytest.fixture(scope="session")

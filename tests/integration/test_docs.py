@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,19 +19,34 @@ def ansible_doc(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([ANSIBLE_DOC, *args], cwd=REPO, env=env, capture_output=True, text=True, check=False)
 
 
+@pytest.fixture(scope="module")
+def rendered() -> tuple[dict, dict[str, str]]:
+    """Every module's documentation from one ansible-doc run as JSON and one as text (a run starts slowly):
+    (the JSON by FQCN, the text by FQCN)."""
+    names = [f"xdpfleet.fabric.{module}" for module in MODULES]
+    as_json = ansible_doc("--json", *names)
+    assert as_json.returncode == 0, as_json.stderr
+    as_text = ansible_doc(*names)
+    assert as_text.returncode == 0, as_text.stderr
+    # Each module's text starts with a line "> MODULE <fqcn> (<path>)", the name possibly in bold.
+    texts = {}
+    for part in re.split(r"^(?=> MODULE )", as_text.stdout, flags=re.M)[1:]:
+        texts[re.sub(r"\x1b\[[0-9;]*m", "", part.split("\n", 1)[0]).split()[2]] = part
+    return json.loads(as_json.stdout), texts
+
+
 @pytest.mark.parametrize("module", MODULES)
-def test_module_doc_renders(module):
-    result = ansible_doc("--json", f"xdpfleet.fabric.{module}")
-    assert result.returncode == 0, result.stderr
-    doc = json.loads(result.stdout)[f"xdpfleet.fabric.{module}"]
+def test_module_doc_renders(rendered, module):
+    as_json, texts = rendered
+    doc = as_json[f"xdpfleet.fabric.{module}"]
     assert doc["doc"]["short_description"]
     assert doc["doc"]["options"], "every module takes options"
     assert doc["examples"].strip()
     assert doc["return"]
     for name, option in doc["doc"]["options"].items():
         assert option.get("description"), f"{module}: option {name} has no description"
-    text = ansible_doc(f"xdpfleet.fabric.{module}")
-    assert text.returncode == 0 and "OPTIONS" in text.stdout and "EXAMPLES" in text.stdout
+    text = texts[f"xdpfleet.fabric.{module}"]
+    assert "OPTIONS" in text and "EXAMPLES" in text
 
 
 def test_the_collection_lists_its_modules():
