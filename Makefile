@@ -104,12 +104,13 @@ abi: deps
 lab-down: deps
 	$(BIN)/ansible-playbook $(CURDIR)/playbooks/lab.yml -e lab_state=absent
 
-# pytest exits 5 when it collects nothing: that fails here like any other failure.
+# pytest exits 5 when it collects nothing: that fails here like any other failure. --durations lists the slowest
+# tests, to keep the run under 15 minutes on 2 cores.
 # PYTEST_WORKERS files run side by side (pytest-xdist), each worker with a lab of its own (tests/conftest.py);
 # PYTEST_WORKERS=0 runs them one after the other in one process.
 PYTEST_WORKERS ?= 2
 test: deps lint
-	@rc=0; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(CURDIR)/tests \
+	@rc=0; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(CURDIR)/tests \
 		|| rc=$$?; \
 	if [ "$$rc" = 5 ]; then echo "test: pytest collected no tests" >&2; fi; \
 	exit $$rc
