@@ -181,3 +181,14 @@ def test_xdp_host_role_from_the_installed_collection(installed, tmp_path):
     assert copied.read_bytes() == (installed.root / "bpf" / "counter" / "counter.c").read_bytes()
     assert (state.stat().st_mode & 0o777) == 0o750
     assert recap(run(cmd, installed.env, installed.workdir)) == (0, 0), "second run changed something"
+
+    # The copy is skipped while the host's copy matches; a changed file, mode or owner is put back.
+    copied.write_bytes(copied.read_bytes() + b"/* edited on the host */\n")
+    header = state / "src" / "include" / "xdpfleet_parse.h"
+    header.chmod(0o644)
+    os.chown(state / "src" / "vtep" / "vtep.h", 65534, 65534)
+    assert recap(run(cmd, installed.env, installed.workdir)) == (1, 0)
+    assert copied.read_bytes() == (installed.root / "bpf" / "counter" / "counter.c").read_bytes()
+    assert (header.stat().st_mode & 0o777) == 0o640
+    assert (state / "src" / "vtep" / "vtep.h").stat().st_uid == 0
+    assert recap(run(cmd, installed.env, installed.workdir)) == (0, 0), "run after the repair changed something"
