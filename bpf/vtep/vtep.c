@@ -1,18 +1,27 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * VXLAN VTEP in XDP: BUM replication with devmap broadcast and per-copy rewrite in a devmap egress program.
+ * VXLAN VTEP in XDP: known unicast sent to one place, BUM replicated with devmap broadcast and a per-copy rewrite in
+ * a devmap egress program, MAC learning, VLAN translation.
  *
  * vtep_ingress runs on every VTEP port. It classifies a frame into a VNI (access port: the port's VNI; trunk:
- * (port, VID); tunnel: the VXLAN header, after admission), writes a struct command for the copies, and
- * broadcasts the frame through the VNI's devmap: vni_flood (every member) for local frames, vni_local (access
- * and trunk members only: split horizon) for decapsulated ones.
+ * (port, VID), the tag removed unless the VNI preserves it; tunnel: the VXLAN header, after admission), learns the
+ * source MAC and looks up the destination:
+ * - known unicast: one bpf_redirect, to the local port (a trunk gets its VID) or, encapsulated, to the one remote
+ *   VTEP; no devmap, no egress program;
+ * - anything else is flooded: the frame gets its 50-byte Outer once, here, and is broadcast through the VNI's group
+ *   (vni_flood: every member, for local frames; vni_local: local members only, for decapsulated frames, which keep
+ *   the Outer they came with: split horizon).
  *
- * vtep_egress runs once per copy, on every devmap entry. Access copies leave as they came; trunk copies only
- * with the VNI's VID; tunnel copies get the 50-byte Outer. One uplink carries many peers: the kernel runs the
- * first queued frame's egress program for every frame queued to a device (kernel/bpf/devmap.c, bq_enqueue), so
- * the peer cannot come from the entry. Instead ingress stamps a per-CPU frame number into the command and
- * egress numbers the copies of each frame per device (copy_state): copy n goes to the n-th peer of the VNI
- * behind the port, tunnel_peers[port_vnis[vni, port].first_peer + n].
+ * vtep_egress runs once per flooded copy. A local copy loses the Outer (a trunk's copy then gets the trunk's VID);
+ * a tunnel copy gets its peer's addresses. Everything a copy needs travels in the frame: the VNI in the Outer's
+ * VXLAN header, and the frame's stamp in the Outer fields that every tunnel copy overwrites. There is no metadata
+ * and no per-CPU "current frame": native XDP runs the egress programs at the devmap flush, after later frames'
+ * ingress, so a copy can never get another frame's VNI.
+ *
+ * One uplink carries many peers: the kernel runs the first queued frame's egress program for every frame queued to
+ * a device (kernel/bpf/devmap.c, bq_enqueue), so the peer cannot come from the entry. Egress numbers the copies of
+ * each frame per device instead (copy_state, by the frame's stamp): copy n goes to the n-th peer of the VNI behind
+ * the port, tunnel_peers[port_vnis[vni, port].first_peer + n].
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -24,6 +33,7 @@
 
 #define VXLAN_FLAG_VNI bpf_htonl(0x08000000)
 #define OUTER_TTL 64
+#define NO_VNI_SLOT 0xffff
 
 struct vxlanhdr {
 	__be32 flags;
@@ -37,19 +47,43 @@ struct outer_hdr {
 	struct vxlanhdr vxlan;
 } __attribute__((packed));
 
-_Static_assert(sizeof(struct outer_hdr) == VXLAN_OVERHEAD, "outer header is 50 bytes");
-_Static_assert(__builtin_offsetof(struct outer_hdr, ip.check) == 24 && __builtin_offsetof(struct outer_hdr, ip.saddr) == 26 &&
-	       __builtin_offsetof(struct outer_hdr, udp.source) == 34, "outer header offsets");
+/* Byte offsets in the Outer. It is written and patched as words: the struct is packed, and byte-wise copies of it
+ * cost more than the rest of a copy's work. */
+#define OUTER_DMAC 0
+#define OUTER_SMAC 6
+#define OUTER_IP_ID 18
+#define OUTER_IP_CHECK 24
+#define OUTER_IP_SADDR 26
+#define OUTER_IP_DADDR 30
+#define OUTER_UDP_SOURCE 34
+#define OUTER_VXLAN_VNI 46
 
-/* header_cache[port slot], per CPU: the last Outer this CPU built for a tunnel port, for one (VNI, Inner length);
- * the fields that differ per copy (MACs, addresses, UDP source port) are written per copy, and the checksum is
- * finished from the partial sum of the fixed fields. */
+_Static_assert(sizeof(struct outer_hdr) == VXLAN_OVERHEAD, "outer header is 50 bytes");
+_Static_assert(__builtin_offsetof(struct outer_hdr, ip.id) == OUTER_IP_ID &&
+		       __builtin_offsetof(struct outer_hdr, ip.check) == OUTER_IP_CHECK &&
+		       __builtin_offsetof(struct outer_hdr, ip.saddr) == OUTER_IP_SADDR &&
+		       __builtin_offsetof(struct outer_hdr, ip.daddr) == OUTER_IP_DADDR &&
+		       __builtin_offsetof(struct outer_hdr, udp.source) == OUTER_UDP_SOURCE &&
+		       __builtin_offsetof(struct outer_hdr, vxlan.vni) == OUTER_VXLAN_VNI,
+	       "outer header offsets");
+
+/* A flooded frame's stamp: its facts for the egress programs of its copies, in Outer fields that egress writes for
+ * every tunnel copy and removes with the Outer on every local copy. The IP checksum field carries the partial sum
+ * of the fixed IP fields (those of the header without id, addresses and checksum), which egress completes. */
+#define STAMP_SEQ OUTER_DMAC              /* u32: the frame's number on its CPU (never 0) */
+#define STAMP_VNI_SLOT (OUTER_DMAC + 4)   /* u16 */
+#define STAMP_TUNNEL OUTER_SMAC           /* u32: the tunnel port STAMP_FIRST_PEER and STAMP_PEERS are for; 0: none */
+#define STAMP_FLAGS (OUTER_SMAC + 4)      /* u16: STAMP_FROM_TUNNEL */
+#define STAMP_PEERS OUTER_IP_ID           /* u16 */
+#define STAMP_FIRST_PEER OUTER_IP_DADDR   /* u32 */
+#define STAMP_FROM_TUNNEL 0x1             /* decapsulated: never back into a tunnel (split horizon) */
+
+/* header_cache[0], per CPU: the last Outer this CPU built, for one (VNI, Inner length). */
 struct outer_template {
 	__u32 vni;
 	__u32 inner_len;
-	struct outer_hdr hdr; /* 8-aligned: encapsulate() copies it as words */
+	struct outer_hdr hdr; /* 8-aligned: copied as words */
 	__u16 pad;
-	__u32 ip_csum_partial; /* unfolded sum of the IPv4 header without addresses and checksum */
 };
 _Static_assert(__builtin_offsetof(struct outer_template, hdr) % 8 == 0, "template words are aligned");
 
@@ -69,9 +103,10 @@ struct large_member_group {
 	__uint(value_size, sizeof(struct bpf_devmap_val));
 };
 
+/* Groups by VNI slot: an array index, where a hash of maps by VNI cost a hash lookup per frame. */
 #define GROUP_MAP(name, group)                                                                                  \
 	struct {                                                                                                \
-		__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);                                                        \
+		__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);                                                       \
 		__uint(max_entries, VTEP_MAX_VNIS);                                                             \
 		__type(key, __u32);                                                                             \
 		__array(values, struct group);                                                                  \
@@ -126,6 +161,28 @@ struct {
 } peer_admission SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct vtep_settings);
+} settings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, VTEP_MAX_STATIC_FDB);
+	__type(key, struct fdb_key);
+	__type(value, struct fdb_entry);
+} fdb_static SEC(".maps");
+
+/* Sized by the document's fdb_size at load (FDB_SIZE_DEFAULT here). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, FDB_SIZE_DEFAULT);
+	__type(key, struct fdb_key);
+	__type(value, struct fdb_entry);
+} fdb SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, VTEP_MAX_VNIS);
 	__type(key, __u32);
@@ -146,46 +203,50 @@ struct {
 	__type(value, struct copy_state);
 } copy_state SEC(".maps");
 
-/* The last command of this CPU: egress reads it where it gets no metadata (generic mode), which is safe there
- * because generic XDP runs the egress programs of a frame's copies before the next frame's ingress. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct command);
-} current_command SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, VTEP_MAX_PORTS);
-	__type(key, __u32);
 	__type(value, struct outer_template);
 } header_cache SEC(".maps");
 
-#define NO_VNI_SLOT 0xffff
+/* A frame in ingress, once its VNI is known. */
+struct frame {
+	struct traffic_stats *vni_stats; /* NULL: not counted per VNI */
+	struct vtep_settings *settings;
+	__u64 now;
+	__u32 vni;
+	__u32 in_ifindex;
+	__u16 in_slot;
+	__u16 vni_slot;
+	__u16 vid;   /* the VID it came with on a trunk */
+	__u16 flags; /* enum vni_flag, and STAMP_FROM_TUNNEL for a decapsulated frame */
+};
 
-static __always_inline void count_rx(void *map, __u32 slot, __u64 bytes)
+static __always_inline void count_rx(struct traffic_stats *s, __u64 bytes)
 {
-	struct traffic_stats *s = bpf_map_lookup_elem(map, &slot);
-
 	if (s) {
 		s->rx_packets++;
 		s->rx_bytes += bytes;
 	}
 }
 
-static __always_inline void count_tx(void *map, __u32 slot, __u64 bytes)
+static __always_inline void count_tx(struct traffic_stats *s, __u64 bytes)
 {
-	struct traffic_stats *s = bpf_map_lookup_elem(map, &slot);
-
 	if (s) {
 		s->tx_packets++;
 		s->tx_bytes += bytes;
 	}
 }
 
+static __always_inline void count_fdb(struct frame *f, enum fdb_event event)
+{
+	if (f->vni_stats && event < FDB_EVENTS)
+		f->vni_stats->fdb[event]++;
+}
+
 /* Count a drop on the port and, when known, on the VNI; returns XDP_DROP. */
-static __always_inline int drop(__u32 port_slot, __u32 vni_slot, enum drop_reason reason)
+static __always_inline int drop(__u32 port_slot, struct traffic_stats *vni, enum drop_reason reason)
 {
 	struct traffic_stats *s;
 
@@ -194,11 +255,8 @@ static __always_inline int drop(__u32 port_slot, __u32 vni_slot, enum drop_reaso
 	s = bpf_map_lookup_elem(&port_stats, &port_slot);
 	if (s)
 		s->drops[reason]++;
-	if (vni_slot != NO_VNI_SLOT) {
-		s = bpf_map_lookup_elem(&vni_stats, &vni_slot);
-		if (s)
-			s->drops[reason]++;
-	}
+	if (vni)
+		vni->drops[reason]++;
 	return XDP_DROP;
 }
 
@@ -234,9 +292,11 @@ static __always_inline __u32 inner_flow_hash(void *data, void *data_end)
 	return h;
 }
 
-/* Classify a frame from a VLAN-aware port: only one 802.1Q tag with a bound VID; PCP and DEI stay untouched.
- * Returns -1 with *ref set, or the drop reason. */
-static __always_inline int trunk_vni(void *data, void *data_end, __u32 ifindex, struct vni_ref *ref)
+/* --- VLAN tags ------------------------------------------------------------------------------------------------ */
+
+/* Classify a frame from a VLAN-aware port: only one 802.1Q tag with a bound VID. Returns -1 with *ref and *vid
+ * set, or the drop reason. */
+static __always_inline int trunk_vni(void *data, void *data_end, __u32 ifindex, struct vni_ref *ref, __u16 *vid)
 {
 	struct ethhdr *eth = data;
 	struct xf_vlan_hdr *tag = (void *)(eth + 1);
@@ -260,188 +320,66 @@ static __always_inline int trunk_vni(void *data, void *data_end, __u32 ifindex, 
 	if (!bound)
 		return DROP_VID_UNKNOWN;
 	*ref = *bound;
+	*vid = key.vid;
 	return -1;
 }
 
-/* Hand the frame to every member of the VNI's group, with the command for their egress programs. */
-static __always_inline int replicate(struct xdp_md *ctx, void *groups, void *large_groups, struct vni_ref *ref,
-				     struct port_config *port, __u16 flags)
+/* Remove the 802.1Q tag that follows the MACs. */
+static __always_inline int pop_tag(struct xdp_md *ctx)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	__u32 zero = 0, inner_len = data_end - data;
-	struct command *cmd, *current;
-	struct vni_tunnel *tunnel;
-	void *group;
+	__u8 *data = (void *)(long)ctx->data;
+	__u8 *data_end = (void *)(long)ctx->data_end;
+	__u64 macs;
+	__u32 tail;
 
-	group = bpf_map_lookup_elem(groups, &ref->vni);
-	if (!group)
-		group = bpf_map_lookup_elem(large_groups, &ref->vni);
-	if (!group)
-		return drop(port->slot, ref->vni_slot, DROP_NO_GROUP);
-	current = bpf_map_lookup_elem(&current_command, &zero);
-	if (!current)
-		return XDP_ABORTED;
-	count_rx(&vni_stats, ref->vni_slot, inner_len);
-
-	current->magic = VTEP_COMMAND_MAGIC;
-	current->vni = ref->vni;
-	current->vni_slot = ref->vni_slot;
-	current->seq++;
-	/* RFC 7348: a source port from the Inner flow, in the dynamic range 49152-65535. */
-	current->udp_source = bpf_htons(49152 | (inner_flow_hash(data, data_end) & 0x3fff));
-	current->inner_len = inner_len;
-	current->flags = flags;
-	tunnel = flags & COMMAND_FROM_TUNNEL ? NULL : bpf_map_lookup_elem(&vni_tunnels, &ref->vni_slot);
-	if (tunnel && tunnel->vni == ref->vni) {
-		current->tunnel_ifindex = tunnel->ifindex;
-		current->first_peer = tunnel->first_peer;
-		current->peers = tunnel->peers;
-	} else {
-		current->tunnel_ifindex = 0;
-	}
-
-	/* Native mode carries the command with the frame; generic mode gives egress no metadata (current_command). */
-	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*cmd)) == 0) {
-		cmd = (void *)(long)ctx->data_meta;
-		if ((void *)(cmd + 1) <= (void *)(long)ctx->data)
-			*cmd = *current;
-	}
-	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
+	if (data + 18 > data_end)
+		return -1;
+	macs = *(__u64 *)data;
+	tail = *(__u32 *)(data + 8);
+	*(__u32 *)(data + 12) = tail;
+	*(__u64 *)(data + 4) = macs;
+	return bpf_xdp_adjust_head(ctx, 4);
 }
 
-/* VXLAN on a tunnel port: admit, decapsulate, replicate to local members only. Anything else is the host's. */
-static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config *port, __u32 ifindex)
+/* Put an 802.1Q tag with `vid` after the MACs of the frame that starts `skip` bytes into the data (0, or the Outer
+ * that egress removes in the same move). */
+static __always_inline int push_tag(struct xdp_md *ctx, int skip, __u16 vid)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	struct xf_cursor c = { .pos = data };
-	struct port_vni_key member = { .ifindex = ifindex };
-	struct peer_addr_key sender;
-	struct port_vni *admitted;
-	struct vni_ref ref;
-	struct vxlanhdr *vxh;
-	struct ethhdr *eth;
-	struct udphdr *udp;
-	struct iphdr *ip;
-	int outer_len;
+	__u8 *data, *data_end;
+	__u64 macs;
+	__u32 tail;
 
-	if (xf_parse_ethhdr(&c, data_end, &eth, NULL) != bpf_htons(ETH_P_IP))
-		return XDP_PASS;
-	if (xf_parse_iphdr(&c, data_end, &ip) != IPPROTO_UDP || ip->daddr != port->local_ip)
-		return XDP_PASS;
-	if (ip->frag_off & bpf_htons(0x3fff)) /* fragments are reassembled by the host, not here */
-		return XDP_PASS;
-	if (xf_parse_udphdr(&c, data_end, &udp) < 0 || udp->dest != bpf_htons(VXLAN_PORT))
-		return XDP_PASS;
-	vxh = c.pos;
-	if ((void *)(vxh + 1) > data_end || !(vxh->flags & VXLAN_FLAG_VNI))
-		return drop(port->slot, NO_VNI_SLOT, DROP_MALFORMED);
-
-	member.vni = bpf_ntohl(vxh->vni) >> 8;
-	admitted = bpf_map_lookup_elem(&port_vnis, &member);
-	if (!admitted)
-		return drop(port->slot, NO_VNI_SLOT, DROP_NOT_ADMITTED);
-	ref.vni = member.vni;
-	ref.vni_slot = admitted->vni_slot;
-	sender.vni = member.vni;
-	sender.addr = ip->saddr;
-	if (!bpf_map_lookup_elem(&peer_admission, &sender))
-		return drop(port->slot, ref.vni_slot, DROP_NOT_PEER);
-
-	outer_len = (void *)(vxh + 1) - data;
-	if (bpf_xdp_adjust_head(ctx, outer_len))
-		return drop(port->slot, ref.vni_slot, DROP_MALFORMED);
-	return replicate(ctx, &vni_local, &vni_local_large, &ref, port, COMMAND_FROM_TUNNEL);
+	if (bpf_xdp_adjust_head(ctx, skip - 4))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (data + 18 > data_end)
+		return -1;
+	macs = *(__u64 *)(data + 4);
+	tail = *(__u32 *)(data + 12);
+	*(__u64 *)data = macs;
+	*(__u32 *)(data + 8) = tail;
+	*(__be16 *)(data + 12) = bpf_htons(ETH_P_8021Q);
+	*(__be16 *)(data + 14) = bpf_htons(vid);
+	return 0;
 }
 
-SEC("xdp")
-int vtep_ingress(struct xdp_md *ctx)
+/* preserve mode: the frame at `offset` carries exactly the VID bound to its VNI on the trunk. */
+static __always_inline int has_vid(__u8 *data, __u8 *data_end, int offset, __u16 vid)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	__u32 ifindex = ctx->ingress_ifindex;
-	struct port_config *port;
-	struct vni_ref ref;
-	int reason;
+	struct ethhdr *eth = (void *)(data + offset);
+	struct xf_vlan_hdr *tag = (void *)(eth + 1);
 
-	port = bpf_map_lookup_elem(&port_config, &ifindex);
-	if (!port || port->kind == PORT_NONE)
-		return XDP_PASS;
-	count_rx(&port_stats, port->slot, data_end - data);
-
-	switch (port->kind) {
-	case PORT_TUNNEL:
-		return tunnel_ingress(ctx, port, ifindex);
-	case PORT_ACCESS:
-		ref.vni = port->vni;
-		ref.vni_slot = port->vni_slot;
-		break;
-	case PORT_TRUNK:
-		reason = trunk_vni(data, data_end, ifindex, &ref);
-		if (reason >= 0)
-			return drop(port->slot, NO_VNI_SLOT, reason);
-		break;
-	default:
-		return XDP_PASS;
-	}
-	return replicate(ctx, &vni_flood, &vni_flood_large, &ref, port, 0);
+	return (void *)(tag + 1) <= (void *)data_end && eth->h_proto == bpf_htons(ETH_P_8021Q) &&
+	       (bpf_ntohs(tag->tci) & XF_VLAN_VID_MASK) == vid;
 }
 
-/* The command of this copy: from the metadata, which is then removed so no receiver sees it, or else from
- * current_command. */
-static __always_inline int take_command(struct xdp_md *ctx, struct command *cmd)
+/* --- The Outer ------------------------------------------------------------------------------------------------ */
+
+static __always_inline struct outer_template *outer_template(__u32 vni, __u32 inner_len)
 {
-	struct command *meta = (void *)(long)ctx->data_meta;
-	struct command *found;
 	__u32 zero = 0;
-
-	if ((void *)(meta + 1) <= (void *)(long)ctx->data) {
-		*cmd = *meta;
-		bpf_xdp_adjust_meta(ctx, (int)sizeof(*cmd));
-	} else {
-		found = bpf_map_lookup_elem(&current_command, &zero);
-		if (!found)
-			return -1;
-		*cmd = *found;
-	}
-	return cmd->magic == VTEP_COMMAND_MAGIC ? 0 : -1;
-}
-
-/* The peer of this copy. The copies of one frame on a port run one after the other and are numbered 0, 1, ...;
- * copy n goes to the n-th of the VNI's peers behind the port. NULL: more copies than peers (during an update). */
-static __always_inline struct peer *copy_peer(__u32 port_slot, __u32 ifindex, struct command *cmd)
-{
-	struct copy_state *state = bpf_map_lookup_elem(&copy_state, &port_slot);
-	struct port_vni_key member = { .vni = cmd->vni, .ifindex = ifindex };
-	struct port_vni *row;
-	struct peer *peer;
-	__u32 index;
-
-	if (!state)
-		return NULL;
-	if (state->seq != cmd->seq) {
-		state->seq = cmd->seq;
-		state->next_copy = 0;
-		if (cmd->tunnel_ifindex == ifindex) {
-			state->first_peer = cmd->first_peer;
-			state->peers = cmd->peers;
-		} else {
-			row = bpf_map_lookup_elem(&port_vnis, &member);
-			state->first_peer = row ? row->first_peer : 0;
-			state->peers = row ? row->peers : 0;
-		}
-	}
-	if (state->next_copy >= state->peers)
-		return NULL;
-	index = state->first_peer + state->next_copy++;
-	peer = bpf_map_lookup_elem(&tunnel_peers, &index);
-	return peer && peer->remote_ip ? peer : NULL;
-}
-
-static __always_inline struct outer_template *outer_template(__u32 port_slot, __u32 vni, __u32 inner_len)
-{
-	struct outer_template *t = bpf_map_lookup_elem(&header_cache, &port_slot);
+	struct outer_template *t = bpf_map_lookup_elem(&header_cache, &zero);
 	__u16 *w;
 
 	if (!t)
@@ -463,28 +401,26 @@ static __always_inline struct outer_template *outer_template(__u32 port_slot, __
 	t->hdr.vxlan.flags = VXLAN_FLAG_VNI;
 	t->hdr.vxlan.vni = bpf_htonl(vni << 8);
 	w = (__u16 *)((void *)&t->hdr + sizeof(struct ethhdr));
-	t->ip_csum_partial = (__u32)w[0] + w[1] + w[2] + w[3] + w[4];
+	/* id (w[2]) is 0; addresses and checksum are not in the partial sum */
+	t->hdr.ip.check = xf_csum_fold_raw((__u32)w[0] + w[1] + w[3] + w[4]);
 	return t;
 }
 
-/* Byte offsets in the Outer; the header is copied and patched as words (the struct is packed, and byte-wise
- * copies of it cost more than the rest of the copy's work). */
-#define OUTER_IP_CHECK 24
-#define OUTER_IP_SADDR 26
-#define OUTER_IP_DADDR 30
-#define OUTER_UDP_SOURCE 34
-
-static __always_inline int encapsulate(struct xdp_md *ctx, struct port_config *port, struct peer *peer,
-				       struct command *cmd)
+/* Put the Outer for a frame of `vni` in front of it: every field but the per-copy ones (MACs, addresses, IP id,
+ * checksum: finish_outer). Returns 0, or -1 when the frame has no headroom. */
+static __always_inline int push_outer(struct xdp_md *ctx, __u32 vni)
 {
-	struct outer_template *t = outer_template(port->slot, cmd->vni, cmd->inner_len);
+	__u8 *data = (void *)(long)ctx->data;
+	__u8 *data_end = (void *)(long)ctx->data_end;
+	__u32 inner_len = data_end - data;
+	__be16 udp_source;
+	struct outer_template *t;
 	const __u64 *words;
-	__u8 *data, *data_end;
-	__u32 sum;
 
-	if (!t)
-		return -1;
-	if (bpf_xdp_adjust_head(ctx, -VXLAN_OVERHEAD))
+	/* RFC 7348: a source port from the Inner flow, in the dynamic range 49152-65535. */
+	udp_source = bpf_htons(49152 | (inner_flow_hash(data, data_end) & 0x3fff));
+	t = outer_template(vni, inner_len);
+	if (!t || bpf_xdp_adjust_head(ctx, -VXLAN_OVERHEAD))
 		return -1;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
@@ -498,72 +434,464 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct port_config *p
 	*(__u64 *)(data + 32) = words[4];
 	*(__u64 *)(data + 40) = words[5];
 	*(__u16 *)(data + 48) = *(const __u16 *)&words[6];
+	*(__be16 *)(data + OUTER_UDP_SOURCE) = udp_source;
+	return 0;
+}
+
+/* Address the Outer at `data` to `peer` from `port`, and complete its checksum from the partial sum. */
+static __always_inline void finish_outer(__u8 *data, struct port_config *port, struct peer *peer)
+{
+	__u32 sum = *(__u16 *)(data + OUTER_IP_CHECK) + (port->local_ip & 0xffff) + (port->local_ip >> 16) +
+		    (peer->remote_ip & 0xffff) + (peer->remote_ip >> 16);
+
 	*(__u32 *)(data + 0) = *(__u32 *)&peer->mac[0];
 	*(__u16 *)(data + 4) = *(__u16 *)&peer->mac[4];
 	*(__u16 *)(data + 6) = *(__u16 *)&port->mac[0];
 	*(__u32 *)(data + 8) = *(__u32 *)&port->mac[2];
+	*(__u16 *)(data + OUTER_IP_ID) = 0;
 	*(__be32 *)(data + OUTER_IP_SADDR) = port->local_ip;
 	*(__be32 *)(data + OUTER_IP_DADDR) = peer->remote_ip;
-	sum = t->ip_csum_partial + (port->local_ip & 0xffff) + (port->local_ip >> 16) + (peer->remote_ip & 0xffff) +
-	      (peer->remote_ip >> 16);
 	*(__sum16 *)(data + OUTER_IP_CHECK) = xf_csum_fold(sum);
-	*(__be16 *)(data + OUTER_UDP_SOURCE) = cmd->udp_source;
-	return 0;
+}
+
+/* --- The FDB -------------------------------------------------------------------------------------------------- */
+
+static __always_inline int expired(struct frame *f, struct fdb_entry *e)
+{
+	return (__s64)(f->now - e->seen_ns) > (__s64)f->settings->aging_ns;
+}
+
+/* Learn that `mac` of the frame's VNI is behind local port `ifindex` (remote_ip 0), or behind the remote VTEP
+ * remote_ip (peer: its tunnel_peers index) through tunnel port `ifindex`. A static entry is never overridden. */
+static __always_inline void learn(struct frame *f, __u8 *mac, __u32 ifindex, __be32 remote_ip, __u32 peer)
+{
+	struct fdb_key key = { .vni = f->vni };
+	struct fdb_entry *e, fresh = {};
+
+	if (mac[0] & 1) /* a multicast source is not a station */
+		return;
+	__builtin_memcpy(key.mac, mac, 6);
+	e = bpf_map_lookup_elem(&fdb, &key);
+	if (e && e->ifindex == ifindex && e->remote_ip == remote_ip) {
+		if ((__s64)(f->now - e->seen_ns) < FDB_REFRESH_NS)
+			return;
+		if (expired(f, e)) { /* gone and back: as if it had been aged out, then learned */
+			count_fdb(f, FDB_AGED_OUT);
+			count_fdb(f, FDB_LEARNED);
+		}
+		e->seen_ns = f->now;
+		e->peer = peer;
+		return;
+	}
+	if (e) {
+		count_fdb(f, FDB_MOVED);
+	} else {
+		if (f->settings->static_entries) {
+			e = bpf_map_lookup_elem(&fdb_static, &key);
+			if (e) {
+				if (e->ifindex != ifindex || e->remote_ip != remote_ip)
+					count_fdb(f, FDB_STATIC_CONFLICT);
+				return;
+			}
+		}
+		count_fdb(f, FDB_LEARNED);
+	}
+	fresh.seen_ns = f->now;
+	fresh.ifindex = ifindex;
+	fresh.remote_ip = remote_ip;
+	fresh.peer = peer;
+	fresh.vid = f->vid;
+	bpf_map_update_elem(&fdb, &key, &fresh, BPF_ANY);
+}
+
+/* Where a unicast MAC of the frame's VNI is: a static entry, else a learned one that has not aged out. */
+static __always_inline struct fdb_entry *fdb_find(struct frame *f, __u8 *mac)
+{
+	struct fdb_key key = { .vni = f->vni };
+	struct fdb_entry *e;
+
+	__builtin_memcpy(key.mac, mac, 6);
+	if (f->settings->static_entries) {
+		e = bpf_map_lookup_elem(&fdb_static, &key);
+		if (e)
+			return e;
+	}
+	e = bpf_map_lookup_elem(&fdb, &key);
+	if (e && expired(f, e)) {
+		bpf_map_delete_elem(&fdb, &key);
+		count_fdb(f, FDB_AGED_OUT);
+		return NULL;
+	}
+	return e;
+}
+
+/* --- Known unicast: one redirect ------------------------------------------------------------------------------ */
+
+/* A local port of the frame's VNI, or NULL (an entry that the configuration no longer backs: flood instead). */
+static __always_inline struct port_config *local_target(struct frame *f, __u32 ifindex, struct port_vni **member)
+{
+	struct port_vni_key key = { .vni = f->vni, .ifindex = ifindex };
+	struct port_config *port = bpf_map_lookup_elem(&port_config, &ifindex);
+
+	if (!port || (port->kind != PORT_ACCESS && port->kind != PORT_TRUNK))
+		return NULL;
+	*member = bpf_map_lookup_elem(&port_vnis, &key);
+	return *member ? port : NULL;
+}
+
+/* Send the frame (no Outer) out of local port `ifindex` of its VNI. */
+static __always_inline int send_local(struct xdp_md *ctx, struct frame *f, __u32 ifindex, struct port_config *port,
+				      struct port_vni *member)
+{
+	__u8 *data, *data_end;
+
+	if (ifindex == f->in_ifindex)
+		return drop(f->in_slot, f->vni_stats, DROP_HAIRPIN);
+	if (port->kind == PORT_TRUNK) {
+		if (member->flags & VNI_PRESERVE_VLAN) {
+			if (!has_vid((void *)(long)ctx->data, (void *)(long)ctx->data_end, 0, member->vid))
+				return drop(port->slot, f->vni_stats, DROP_VID_MISMATCH);
+		} else if (push_tag(ctx, 0, member->vid)) {
+			return drop(port->slot, f->vni_stats, DROP_MALFORMED);
+		}
+	}
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
+	count_tx(f->vni_stats, data_end - data);
+	count_fdb(f, FDB_KNOWN_UNICAST);
+	return bpf_redirect(ifindex, 0);
+}
+
+/* Encapsulate the frame to the remote VTEP of `e` and send it out of its tunnel port. Returns -1 when the entry
+ * is no longer backed by the configuration (flood instead). */
+static __always_inline int send_remote(struct xdp_md *ctx, struct frame *f, struct fdb_entry *e)
+{
+	__u32 ifindex = e->ifindex, index = e->peer;
+	struct port_config *port;
+	struct peer *peer;
+	__u8 *data, *data_end;
+
+	if (f->flags & STAMP_FROM_TUNNEL)
+		return drop(f->in_slot, f->vni_stats, DROP_SPLIT_HORIZON);
+	peer = bpf_map_lookup_elem(&tunnel_peers, &index);
+	if (!peer || peer->remote_ip != e->remote_ip || peer->vni != f->vni)
+		return -1;
+	port = bpf_map_lookup_elem(&port_config, &ifindex);
+	if (!port || port->kind != PORT_TUNNEL)
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (data_end - data + VXLAN_OVERHEAD - (int)sizeof(struct ethhdr) > port->mtu)
+		return drop(port->slot, f->vni_stats, DROP_MTU);
+	if (push_outer(ctx, f->vni))
+		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (data + VXLAN_OVERHEAD > data_end)
+		return XDP_DROP;
+	finish_outer(data, port, peer);
+	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
+	count_tx(f->vni_stats, data_end - data);
+	count_fdb(f, FDB_KNOWN_UNICAST);
+	return bpf_redirect(ifindex, 0);
+}
+
+/* --- Flooding ------------------------------------------------------------------------------------------------- */
+
+static __always_inline void *vni_group(void *groups, void *large_groups, __u32 slot)
+{
+	void *group = bpf_map_lookup_elem(groups, &slot);
+
+	return group ? group : bpf_map_lookup_elem(large_groups, &slot);
+}
+
+/* Stamp the Outer at `data` (see STAMP_*) with the frame's facts. */
+static __always_inline void stamp(__u8 *data, struct frame *f, __u16 flags)
+{
+	struct vni_tunnel *row = NULL;
+	__u32 slot = f->vni_slot;
+
+	if (!(flags & STAMP_FROM_TUNNEL))
+		row = bpf_map_lookup_elem(&vni_tunnels, &slot);
+	*(__u32 *)(data + STAMP_SEQ) = (__u32)f->now | 1;
+	*(__u16 *)(data + STAMP_VNI_SLOT) = f->vni_slot;
+	*(__u16 *)(data + STAMP_FLAGS) = flags;
+	if (row && row->vni == f->vni) {
+		*(__u32 *)(data + STAMP_TUNNEL) = row->ifindex;
+		*(__u32 *)(data + STAMP_FIRST_PEER) = row->first_peer;
+		*(__u16 *)(data + STAMP_PEERS) = row->peers;
+	} else {
+		*(__u32 *)(data + STAMP_TUNNEL) = 0;
+	}
+}
+
+/* A frame from a local port: give it its Outer and hand it to every member of its VNI. */
+static __always_inline int flood_local(struct xdp_md *ctx, struct frame *f)
+{
+	void *group = vni_group(&vni_flood, &vni_flood_large, f->vni_slot);
+	__u8 *data, *data_end;
+
+	if (!group)
+		return drop(f->in_slot, f->vni_stats, DROP_NO_GROUP);
+	if (push_outer(ctx, f->vni))
+		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (data + VXLAN_OVERHEAD > data_end)
+		return XDP_DROP;
+	stamp(data, f, 0);
+	count_fdb(f, FDB_FLOODED);
+	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
+}
+
+/* A frame from a local port, its VNI known (and a trunk's tag removed unless preserved). */
+static __always_inline int local_ingress(struct xdp_md *ctx, struct frame *f)
+{
+	struct ethhdr *eth = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct port_config *port;
+	struct port_vni *member;
+	struct fdb_entry *e;
+	int action;
+
+	if ((void *)(eth + 1) > data_end)
+		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
+	count_rx(f->vni_stats, data_end - (void *)eth);
+	learn(f, eth->h_source, f->in_ifindex, 0, 0);
+	if (!(eth->h_dest[0] & 1)) {
+		e = fdb_find(f, eth->h_dest);
+		if (e && e->remote_ip) {
+			action = send_remote(ctx, f, e);
+			if (action >= 0)
+				return action;
+		} else if (e) {
+			port = local_target(f, e->ifindex, &member);
+			if (port)
+				return send_local(ctx, f, e->ifindex, port, member);
+		}
+	}
+	return flood_local(ctx, f);
+}
+
+/* VXLAN on a tunnel port: admit, learn, then send the Inner to its one local port or flood it to the local members
+ * only. Anything else is the host's. */
+static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config *port, struct frame *f)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct xf_cursor c = { .pos = data };
+	struct port_vni_key key = { .ifindex = f->in_ifindex };
+	struct port_config *target;
+	struct peer_addr_key sender;
+	struct port_vni *admitted, *member;
+	struct fdb_entry *e;
+	struct vxlanhdr *vxh;
+	struct ethhdr *eth, *inner;
+	struct udphdr *udp;
+	struct iphdr *ip;
+	__u32 *peer;
+	int outer_len;
+	void *group;
+
+	if (xf_parse_ethhdr(&c, data_end, &eth, NULL) != bpf_htons(ETH_P_IP))
+		return XDP_PASS;
+	if (xf_parse_iphdr(&c, data_end, &ip) != IPPROTO_UDP || ip->daddr != port->local_ip)
+		return XDP_PASS;
+	if (ip->frag_off & bpf_htons(0x3fff)) /* fragments are reassembled by the host, not here */
+		return XDP_PASS;
+	if (xf_parse_udphdr(&c, data_end, &udp) < 0 || udp->dest != bpf_htons(VXLAN_PORT))
+		return XDP_PASS;
+	vxh = c.pos;
+	if ((void *)(vxh + 1) > data_end || !(vxh->flags & VXLAN_FLAG_VNI))
+		return drop(f->in_slot, NULL, DROP_MALFORMED);
+
+	key.vni = bpf_ntohl(vxh->vni) >> 8;
+	admitted = bpf_map_lookup_elem(&port_vnis, &key);
+	if (!admitted)
+		return drop(f->in_slot, NULL, DROP_NOT_ADMITTED);
+	f->vni = key.vni;
+	f->vni_slot = admitted->vni_slot;
+	f->flags = admitted->flags | STAMP_FROM_TUNNEL;
+	f->vni_stats = bpf_map_lookup_elem(&vni_stats, &(__u32){ f->vni_slot });
+	sender.vni = key.vni;
+	sender.addr = ip->saddr;
+	peer = bpf_map_lookup_elem(&peer_admission, &sender);
+	if (!peer)
+		return drop(f->in_slot, f->vni_stats, DROP_NOT_PEER);
+
+	inner = (void *)(vxh + 1);
+	if ((void *)(inner + 1) > data_end)
+		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
+	outer_len = (void *)inner - data;
+	count_rx(f->vni_stats, data_end - (void *)inner);
+	learn(f, inner->h_source, f->in_ifindex, sender.addr, *peer);
+	if (!(inner->h_dest[0] & 1)) {
+		e = fdb_find(f, inner->h_dest);
+		if (e && e->remote_ip)
+			return drop(f->in_slot, f->vni_stats, DROP_SPLIT_HORIZON);
+		if (e && (target = local_target(f, e->ifindex, &member))) {
+			if (bpf_xdp_adjust_head(ctx, outer_len))
+				return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
+			return send_local(ctx, f, e->ifindex, target, member);
+		}
+	}
+
+	group = vni_group(&vni_local, &vni_local_large, f->vni_slot);
+	if (!group)
+		return drop(f->in_slot, f->vni_stats, DROP_NO_GROUP);
+	/* Keep the last 50 bytes of the Outer (it may be longer: IP options, a tag): the copies read the VNI and the
+	 * stamp there and remove exactly that much. */
+	if (bpf_xdp_adjust_head(ctx, outer_len - VXLAN_OVERHEAD))
+		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (data + VXLAN_OVERHEAD > data_end)
+		return XDP_DROP;
+	stamp(data, f, STAMP_FROM_TUNNEL);
+	count_fdb(f, FDB_FLOODED);
+	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
+}
+
+SEC("xdp")
+int vtep_ingress(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct frame f = { .in_ifindex = ctx->ingress_ifindex };
+	struct port_config *port;
+	struct vni_ref ref;
+	__u32 zero = 0;
+	int reason;
+
+	port = bpf_map_lookup_elem(&port_config, &f.in_ifindex);
+	if (!port || port->kind == PORT_NONE)
+		return XDP_PASS;
+	f.in_slot = port->slot;
+	count_rx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
+	f.settings = bpf_map_lookup_elem(&settings, &zero);
+	if (!f.settings)
+		return XDP_ABORTED;
+	f.now = bpf_ktime_get_ns();
+
+	switch (port->kind) {
+	case PORT_TUNNEL:
+		return tunnel_ingress(ctx, port, &f);
+	case PORT_ACCESS:
+		f.vni = port->vni;
+		f.vni_slot = port->vni_slot;
+		break;
+	case PORT_TRUNK:
+		reason = trunk_vni(data, data_end, f.in_ifindex, &ref, &f.vid);
+		if (reason >= 0)
+			return drop(f.in_slot, NULL, reason);
+		f.vni = ref.vni;
+		f.vni_slot = ref.vni_slot;
+		f.flags = ref.flags;
+		if (!(ref.flags & VNI_PRESERVE_VLAN) && pop_tag(ctx))
+			return drop(f.in_slot, NULL, DROP_MALFORMED);
+		break;
+	default:
+		return XDP_PASS;
+	}
+	f.vni_stats = bpf_map_lookup_elem(&vni_stats, &(__u32){ f.vni_slot });
+	return local_ingress(ctx, &f);
+}
+
+/* --- Egress: one flooded copy --------------------------------------------------------------------------------- */
+
+/* The peer of this copy. The copies of one frame on a port run one after the other and are numbered 0, 1, ...;
+ * copy n goes to the n-th of the VNI's peers behind the port. NULL: more copies than peers (during an update). */
+static __always_inline struct peer *copy_peer(__u32 port_slot, __u32 ifindex, __u32 vni, __u8 *outer)
+{
+	struct copy_state *state = bpf_map_lookup_elem(&copy_state, &port_slot);
+	struct port_vni_key key = { .vni = vni, .ifindex = ifindex };
+	__u32 seq = *(__u32 *)(outer + STAMP_SEQ);
+	struct port_vni *row;
+	struct peer *peer;
+	__u32 index;
+
+	if (!state)
+		return NULL;
+	if (state->seq != seq) {
+		state->seq = seq;
+		state->next_copy = 0;
+		if (*(__u32 *)(outer + STAMP_TUNNEL) == ifindex) {
+			state->first_peer = *(__u32 *)(outer + STAMP_FIRST_PEER);
+			state->peers = *(__u16 *)(outer + STAMP_PEERS);
+		} else {
+			row = bpf_map_lookup_elem(&port_vnis, &key);
+			state->first_peer = row ? row->first_peer : 0;
+			state->peers = row ? row->peers : 0;
+		}
+	}
+	if (state->next_copy >= state->peers)
+		return NULL;
+	index = state->first_peer + state->next_copy++;
+	if (state->next_copy == state->peers)
+		state->seq = 0; /* all copies made: a later frame with the same number starts over */
+	peer = bpf_map_lookup_elem(&tunnel_peers, &index);
+	return peer && peer->remote_ip && peer->vni == vni ? peer : NULL;
 }
 
 SEC("xdp/devmap")
 int vtep_egress(struct xdp_md *ctx)
 {
-	__u32 ifindex = ctx->egress_ifindex;
-	struct port_vni_key member = { .ifindex = ifindex };
-	struct xf_vlan_hdr *tag;
+	__u32 ifindex = ctx->egress_ifindex, vni_slot;
+	struct port_vni_key key = { .ifindex = ifindex };
+	__u8 *data = (void *)(long)ctx->data;
+	__u8 *data_end = (void *)(long)ctx->data_end;
+	struct traffic_stats *vs;
 	struct port_config *port;
-	struct port_vni *binding;
-	struct ethhdr *eth;
-	struct command cmd;
+	struct port_vni *member;
 	struct peer *peer;
-	void *data, *data_end;
 
 	port = bpf_map_lookup_elem(&port_config, &ifindex);
 	if (!port || port->kind == PORT_NONE)
 		return XDP_DROP; /* not a VTEP port (any more): nothing to count it on */
-	if (take_command(ctx, &cmd))
-		return drop(port->slot, NO_VNI_SLOT, DROP_BAD_COMMAND);
+	if (data + VXLAN_OVERHEAD > data_end)
+		return drop(port->slot, NULL, DROP_NO_OUTER);
+	key.vni = bpf_ntohl(*(__be32 *)(data + OUTER_VXLAN_VNI)) >> 8;
+	vni_slot = *(__u16 *)(data + STAMP_VNI_SLOT);
+	vs = bpf_map_lookup_elem(&vni_stats, &vni_slot);
 
 	switch (port->kind) {
-	case PORT_ACCESS: /* the group is the membership: an access copy leaves as it came */
+	case PORT_ACCESS:
+		if (port->vni != key.vni)
+			return drop(port->slot, vs, DROP_NOT_MEMBER);
+		if (bpf_xdp_adjust_head(ctx, VXLAN_OVERHEAD))
+			return drop(port->slot, vs, DROP_MALFORMED);
 		break;
 	case PORT_TRUNK:
-		member.vni = cmd.vni;
-		binding = bpf_map_lookup_elem(&port_vnis, &member);
-		if (!binding)
-			return drop(port->slot, cmd.vni_slot, DROP_NOT_MEMBER);
-		data = (void *)(long)ctx->data;
-		data_end = (void *)(long)ctx->data_end;
-		eth = data;
-		tag = (void *)(eth + 1);
-		if ((void *)(tag + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_8021Q) ||
-		    (bpf_ntohs(tag->tci) & XF_VLAN_VID_MASK) != binding->vid)
-			return drop(port->slot, cmd.vni_slot, DROP_VID_MISMATCH);
+		member = bpf_map_lookup_elem(&port_vnis, &key);
+		if (!member)
+			return drop(port->slot, vs, DROP_NOT_MEMBER);
+		if (member->flags & VNI_PRESERVE_VLAN) {
+			if (!has_vid(data, data_end, VXLAN_OVERHEAD, member->vid))
+				return drop(port->slot, vs, DROP_VID_MISMATCH);
+			if (bpf_xdp_adjust_head(ctx, VXLAN_OVERHEAD))
+				return drop(port->slot, vs, DROP_MALFORMED);
+		} else if (push_tag(ctx, VXLAN_OVERHEAD, member->vid)) {
+			return drop(port->slot, vs, DROP_MALFORMED);
+		}
 		break;
 	case PORT_TUNNEL:
-		if (cmd.flags & COMMAND_FROM_TUNNEL)
-			return drop(port->slot, cmd.vni_slot, DROP_SPLIT_HORIZON);
-		peer = copy_peer(port->slot, ifindex, &cmd);
+		if (*(__u16 *)(data + STAMP_FLAGS) & STAMP_FROM_TUNNEL)
+			return drop(port->slot, vs, DROP_SPLIT_HORIZON);
+		peer = copy_peer(port->slot, ifindex, key.vni, data);
 		if (!peer)
-			return drop(port->slot, cmd.vni_slot, DROP_NO_PEER);
-		if (cmd.inner_len + VXLAN_OVERHEAD - sizeof(struct ethhdr) > port->mtu)
-			return drop(port->slot, cmd.vni_slot, DROP_MTU);
-		if (encapsulate(ctx, port, peer, &cmd))
-			return drop(port->slot, cmd.vni_slot, DROP_MALFORMED);
+			return drop(port->slot, vs, DROP_NO_PEER);
+		if (data_end - data - (int)sizeof(struct ethhdr) > port->mtu)
+			return drop(port->slot, vs, DROP_MTU);
+		finish_outer(data, port, peer);
 		break;
 	default:
-		return drop(port->slot, cmd.vni_slot, DROP_NOT_MEMBER);
+		return drop(port->slot, vs, DROP_NOT_MEMBER);
 	}
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	count_tx(&port_stats, port->slot, data_end - data);
-	count_tx(&vni_stats, cmd.vni_slot, data_end - data);
+	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
+	count_tx(vs, data_end - data);
 	return XDP_PASS;
 }
 

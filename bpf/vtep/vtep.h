@@ -14,22 +14,23 @@
 
 #include "vtep_abi.h"
 
-/* port_config[ifindex]; kind PORT_NONE: not a VTEP port. Slots are small indexes that user space assigns, so that per-port and per-VNI state
- * lives in arrays (an index, not a hash lookup, on the per-copy path). */
+/* port_config[ifindex]; kind PORT_NONE: not a VTEP port. Slots are small indexes that user space assigns, so that
+ * per-port and per-VNI state lives in arrays (an index, not a hash lookup, on the per-frame and per-copy paths). */
 struct port_config {
 	__u32 kind;      /* enum port_kind */
 	__u32 vni;       /* PORT_ACCESS: the port's VNI */
 	__be32 local_ip; /* PORT_TUNNEL: outer source address */
 	__u16 mtu;       /* the interface's MTU: tunnel copies longer than this are dropped */
 	__u8 mac[6];     /* PORT_TUNNEL: outer source MAC */
-	__u16 slot;      /* index in port_stats, copy_state and header_cache */
-	__u16 vni_slot;  /* PORT_ACCESS: its VNI's index in vni_stats */
+	__u16 slot;      /* index in port_stats and copy_state */
+	__u16 vni_slot;  /* PORT_ACCESS: its VNI's slot */
 };
 
-/* vlan_bindings values: a VNI and its slot */
+/* vlan_bindings values: a VNI, its slot and its flags (enum vni_flag) */
 struct vni_ref {
 	__u32 vni;
-	__u32 vni_slot;
+	__u16 vni_slot;
+	__u16 flags;
 };
 
 /* vlan_bindings[{ifindex, vid}] = struct vni_ref */
@@ -39,10 +40,9 @@ struct vlan_key {
 	__u16 pad;
 };
 
-/* port_vnis[{vni, ifindex}]: a port's membership in a VNI. Egress lets a local copy leave a port only when the
- * port is a member of the copy's VNI, and on a trunk only with the VID bound to that VNI; ingress accepts VXLAN
- * on a tunnel port only for the VNIs it is a member of; on a tunnel port it also says where the VNI's peers
- * behind that port are in tunnel_peers. */
+/* port_vnis[{vni, ifindex}]: a port's membership in a VNI. Nothing leaves a local port for a VNI it is not a
+ * member of (on a trunk: it leaves with the VID bound to that VNI); ingress accepts VXLAN on a tunnel port only for
+ * the VNIs it is a member of, and finds there where the VNI's peers behind that port are in tunnel_peers. */
 struct port_vni_key {
 	__u32 vni;
 	__u32 ifindex;
@@ -50,24 +50,25 @@ struct port_vni_key {
 
 struct port_vni {
 	__u16 vid;        /* trunk: the VID of this VNI on the port; otherwise 0 */
-	__u16 vni_slot;   /* the VNI's index in vni_stats */
+	__u16 vni_slot;   /* the VNI's slot */
 	__u16 peers;      /* tunnel: the VNI's peers behind this port, one per copy */
-	__u16 pad;
+	__u16 flags;      /* enum vni_flag */
 	__u32 first_peer; /* tunnel: tunnel_peers index of the peer that copy 0 goes to; copy n gets first_peer + n */
 };
 
-/* tunnel_peers[index]: a remote VTEP, an array so that each copy costs an index, not a hash lookup. A devmap
- * entry per peer makes the copies; all entries of a port run the same egress program, so a copy's peer comes
- * from its position among the frame's copies (see copy_state), not from which entry made it. An all-zero
- * entry is no peer. */
+/* tunnel_peers[index]: a remote VTEP of a VNI, an array so that each copy costs an index, not a hash lookup. A
+ * devmap entry per peer makes the copies; all entries of a port run the same egress program, so a copy's peer
+ * comes from its position among the frame's copies (see copy_state), not from which entry made it. An all-zero
+ * entry is no peer. The FDB names a remote MAC's VTEP by index too; vni and remote_ip tell a stale index. */
 struct peer {
 	__be32 remote_ip;
 	__u8 mac[6]; /* next hop */
 	__u16 pad;
+	__u32 vni;
 };
 
 /* vni_tunnels[vni slot]: a copy of port_vnis' row for the VNI's first tunnel port (the lowest ifindex), so that
- * ingress hands it to egress in the command and copies to that port need no hash lookup. */
+ * ingress stamps it on a flooded frame and copies to that port need no hash lookup. */
 struct vni_tunnel {
 	__u32 vni;     /* whose row this is: while a slot passes to another VNI during an update, it is not used */
 	__u32 ifindex; /* the tunnel port */
@@ -75,30 +76,35 @@ struct vni_tunnel {
 	__u32 peers;
 };
 
-/* peer_admission[{vni, remote_ip}] = 1: VXLAN for a VNI is accepted only from a configured peer of it, and only on
- * a tunnel port that is a member of the VNI (port_vnis). */
+/* peer_admission[{vni, remote_ip}] = the peer's tunnel_peers index: VXLAN for a VNI is accepted only from a
+ * configured peer of it, and only on a tunnel port that is a member of the VNI (port_vnis). */
 struct peer_addr_key {
 	__u32 vni;
 	__be32 addr;
 };
 
-/* The command that ingress hands to the egress program of every copy: in the frame's metadata (native mode)
- * or, where the kernel gives egress no metadata (generic mode), in the per-CPU map current_command. */
-#define VTEP_COMMAND_MAGIC 0x76746570 /* "vtep" */
-#define COMMAND_FROM_TUNNEL 0x1       /* decapsulated: never back into a tunnel (split horizon) */
-
-struct command {
-	__u32 magic;
+/* The FDB: fdb_static (the document's entries, never aged) and fdb (learned, an LRU of fdb_size entries). */
+struct fdb_key {
 	__u32 vni;
-	__u32 seq;         /* per-CPU frame number: numbers the copies of one frame on a tunnel port */
-	__u16 vni_slot;
-	__be16 udp_source; /* outer UDP source port, from a hash of the Inner flow: computed once per frame */
-	__u16 inner_len;
-	__u16 flags;
-	__u32 tunnel_ifindex; /* vni_tunnels: copies to this port find their peers here (0: look them up) */
-	__u32 first_peer;
-	__u32 peers;
-} __attribute__((aligned(8))); /* 32 bytes, the metadata's limit; copied as four 8-byte words */
+	__u8 mac[6];
+	__u16 pad;
+};
+
+struct fdb_entry {
+	__u64 seen_ns;   /* learned: bpf_ktime_get_ns() of the last frame from the MAC (refreshed every FDB_REFRESH_NS) */
+	__u32 ifindex;   /* the local port, or the tunnel port towards the remote VTEP */
+	__be32 remote_ip; /* the remote VTEP; 0: the MAC is behind the local port */
+	__u32 peer;      /* remote: that VTEP's tunnel_peers index for the VNI */
+	__u16 vid;       /* learned on a trunk: the frame's VID */
+	__u16 pad;
+};
+
+/* settings[0]: the VTEP's own settings. */
+struct vtep_settings {
+	__u64 aging_ns;      /* a learned entry older than this is gone */
+	__u32 static_entries; /* entries in fdb_static: none, no lookup */
+	__u32 pad;
+};
 
 struct traffic_stats {
 	__u64 rx_packets;
@@ -106,10 +112,11 @@ struct traffic_stats {
 	__u64 tx_packets; /* copies sent */
 	__u64 tx_bytes;
 	__u64 drops[DROP_REASONS];
+	__u64 fdb[FDB_EVENTS]; /* per VNI only */
 };
 
-/* copy_state[port slot], per CPU: the frame whose copies are being numbered, the next copy number, and the
- * VNI's peers behind the port (from the command, or port_vnis), found once per frame instead of once per copy. */
+/* copy_state[port slot], per CPU: the flooded frame whose copies are being numbered (by its stamp), the next copy
+ * number, and the VNI's peers behind the port, found once per frame instead of once per copy. */
 struct copy_state {
 	__u32 seq;
 	__u32 next_copy;

@@ -20,7 +20,7 @@ enum vtep_limits {
 	 * paths): a VTEP port's ifindex must be below this
 	 */
 	VTEP_MAX_IFINDEX = 16384,
-	VTEP_MAX_VNIS = 4096, /* the slots of vni_stats, and the groups of each group map */
+	VTEP_MAX_VNIS = 4096, /* the slots of vni_stats and vni_tunnels, and of each group map (arrays by slot) */
 	VTEP_MAX_MEMBERS = 256, /* devmap entries per VNI: local ports plus remote peers */
 	VTEP_MAX_PEERS = 65536, /* tunnel_peers entries, all VNIs and tunnel ports together (16 per VNI on average) */
 	/*
@@ -28,13 +28,24 @@ enum vtep_limits {
 	 * many members live in maps of that size (vni_flood, vni_local), larger ones in the *_large maps
 	 */
 	VTEP_SMALL_GROUP = 16,
+	VTEP_MAX_STATIC_FDB = 16384, /* static FDB entries, all VNIs together (fdb_static) */
+	FDB_SIZE_MIN = 16, /* the smallest learned FDB (fdb_size) */
+	FDB_SIZE_DEFAULT = 65536, /* learned MACs of all VNIs together when the document gives no fdb_size */
+	FDB_SIZE_MAX = 1048576, /* the largest learned FDB (about 100 MB of kernel memory) */
+	FDB_AGING_DEFAULT = 300, /* seconds a learned MAC stays without a frame from it (the Linux bridge's default) */
+	FDB_AGING_MAX = 1000000, /* the longest aging time, in seconds */
+	/*
+	 * a learned entry's time is written again at most this often: a busy MAC does not write its entry per frame
+	 * (its age is exact to this)
+	 */
+	FDB_REFRESH_NS = 1000000000,
 };
 
 /* port_config[ifindex].kind: what the VTEP does with a port's frames. */
 enum port_kind {
 	PORT_NONE = 0, /* not a VTEP port */
 	PORT_ACCESS = 1, /* fixed VNI: every frame belongs to port_config.vni, tags pass untouched */
-	PORT_TRUNK = 2, /* VLAN-aware: (ifindex, VID) selects the VNI; only single 802.1Q tags */
+	PORT_TRUNK = 2, /* VLAN-aware: (ifindex, VID) of the outer 802.1Q tag selects the VNI */
 	PORT_TUNNEL = 3, /* VXLAN underlay: decap on ingress, encap per peer on egress */
 };
 
@@ -52,9 +63,26 @@ enum drop_reason {
 	DROP_MTU = 9, /* egress: the encapsulated copy exceeds the tunnel port's MTU */
 	DROP_NO_PEER = 10, /* egress: more copies than peers on the port (during an update) */
 	DROP_NOT_MEMBER = 11, /* egress: port is not a member of the copy's VNI */
-	DROP_BAD_COMMAND = 12, /* egress: no valid command */
-	DROP_SPLIT_HORIZON = 13, /* egress: a decapsulated frame towards a tunnel */
-	DROP_REASONS = 14,
+	DROP_NO_OUTER = 12, /* egress: a copy without the Outer that ingress puts on every flooded frame */
+	DROP_SPLIT_HORIZON = 13, /* a decapsulated frame towards a tunnel */
+	DROP_HAIRPIN = 14, /* known unicast: the destination is behind the port the frame came from */
+	DROP_REASONS = 15,
+};
+
+/* Forwarding events, counted per VNI: traffic_stats.fdb[event]. */
+enum fdb_event {
+	FDB_LEARNED = 0, /* a new MAC learned */
+	FDB_MOVED = 1, /* a learned MAC seen at another place (port or remote VTEP) and learned there */
+	FDB_AGED_OUT = 2, /* a learned MAC found older than the aging time, and removed */
+	FDB_STATIC_CONFLICT = 3, /* a frame from a MAC that a static entry puts elsewhere: not learned */
+	FDB_KNOWN_UNICAST = 4, /* a frame to a known MAC, sent to exactly one place */
+	FDB_FLOODED = 5, /* a frame flooded to the VNI's members (broadcast, multicast, unknown unicast) */
+	FDB_EVENTS = 6,
+};
+
+/* Flags of a VNI on a port (vlan_bindings, port_vnis). */
+enum vni_flag {
+	VNI_PRESERVE_VLAN = 1, /* vlan_mode preserve: a trunk's tag stays inside the tunnelled frame */
 };
 
 /*
@@ -85,6 +113,8 @@ struct vtep_abi {
 	enum vtep_limits vtep_limits;
 	enum port_kind port_kind;
 	enum drop_reason drop_reason;
+	enum fdb_event fdb_event;
+	enum vni_flag vni_flag;
 	enum peer_member peer_member;
 };
 static const struct vtep_abi vtep_abi __attribute__((section(".xdpfleet_abi"), used));

@@ -56,8 +56,9 @@ def config(peers_100=PEERS_100) -> VtepConfig:
         vnis=(
             Vni(100, access("a1", "a2"), (), peers(peers_100) + peers([SECOND_UPLINK_PEER], via="ul2")),
             Vni(200, access("a3"), (), peers(PEERS_200)),
-            Vni(110, (), (TrunkBinding("tr", 10),), peers(PEERS_100[:1])),
-            Vni(210, (), (TrunkBinding("tr", 20),), ()),
+            # seed 000's VLAN handling: the tag travels inside the tunnelled frame
+            Vni(110, (), (TrunkBinding("tr", 10),), peers(PEERS_100[:1]), vlan_mode="preserve"),
+            Vni(210, (), (TrunkBinding("tr", 20),), (), vlan_mode="preserve"),
         ),
     )
 
@@ -297,9 +298,10 @@ def test_membership_changes_are_live_and_minimal(vtep):
         changed = {name: len(v) for name, v in difference.upserts.items() if v}
         removed = {name: len(v) for name, v in difference.deletes.items() if v}
         # The VNI's row of peers shrinks in place: its last entry goes, the peers after the removed one move down
-        # by one, and port_vnis and vni_tunnels say one peer less.
+        # by one (and their admissions name their new index), and port_vnis and vni_tunnels say one peer less.
+        moved = len(PEERS_100) - 8
         assert removed == {"tunnel_peers": 1, "peer_admission": 1}
-        assert changed == {"tunnel_peers": len(PEERS_100) - 8, "port_vnis": 1, "vni_tunnels": 1}
+        assert changed == {"tunnel_peers": moved, "peer_admission": moved, "port_vnis": 1, "vni_tunnels": 1}
         vtep.drain_all()
         vtep.taps["a1"].send(frame("after removal"))
         assert sorted(outer_of(c)[0] for c in vtep.taps["ul"].drain()) == sorted(fewer)

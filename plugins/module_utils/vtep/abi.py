@@ -26,7 +26,7 @@ LIMITS = abi.Enum(
             "port_config is an array indexed by ifindex (an index, not a hash lookup, on the per-frame and "
             "per-copy paths): a VTEP port's ifindex must be below this",
         ),
-        ("VTEP_MAX_VNIS", 4096, "the slots of vni_stats, and the groups of each group map"),
+        ("VTEP_MAX_VNIS", 4096, "the slots of vni_stats and vni_tunnels, and of each group map (arrays by slot)"),
         ("VTEP_MAX_MEMBERS", 256, "devmap entries per VNI: local ports plus remote peers"),
         (
             "VTEP_MAX_PEERS",
@@ -39,6 +39,18 @@ LIMITS = abi.Enum(
             "Broadcast walks every bucket of a DEVMAP_HASH, so a group's capacity costs per frame: groups of up to "
             "this many members live in maps of that size (vni_flood, vni_local), larger ones in the *_large maps",
         ),
+        ("VTEP_MAX_STATIC_FDB", 16384, "static FDB entries, all VNIs together (fdb_static)"),
+        ("FDB_SIZE_MIN", 16, "the smallest learned FDB (fdb_size)"),
+        ("FDB_SIZE_DEFAULT", 65536, "learned MACs of all VNIs together when the document gives no fdb_size"),
+        ("FDB_SIZE_MAX", 1048576, "the largest learned FDB (about 100 MB of kernel memory)"),
+        ("FDB_AGING_DEFAULT", 300, "seconds a learned MAC stays without a frame from it (the Linux bridge's default)"),
+        ("FDB_AGING_MAX", 1000000, "the longest aging time, in seconds"),
+        (
+            "FDB_REFRESH_NS",
+            1000000000,
+            "a learned entry's time is written again at most this often: a busy MAC does not write its entry per "
+            "frame (its age is exact to this)",
+        ),
     ),
 )
 VXLAN_PORT = LIMITS["VXLAN_PORT"]
@@ -49,6 +61,13 @@ VTEP_MAX_VNIS = LIMITS["VTEP_MAX_VNIS"]
 VTEP_MAX_MEMBERS = LIMITS["VTEP_MAX_MEMBERS"]
 VTEP_MAX_PEERS = LIMITS["VTEP_MAX_PEERS"]
 VTEP_SMALL_GROUP = LIMITS["VTEP_SMALL_GROUP"]
+VTEP_MAX_STATIC_FDB = LIMITS["VTEP_MAX_STATIC_FDB"]
+FDB_SIZE_MIN = LIMITS["FDB_SIZE_MIN"]
+FDB_SIZE_DEFAULT = LIMITS["FDB_SIZE_DEFAULT"]
+FDB_SIZE_MAX = LIMITS["FDB_SIZE_MAX"]
+FDB_AGING_DEFAULT = LIMITS["FDB_AGING_DEFAULT"]
+FDB_AGING_MAX = LIMITS["FDB_AGING_MAX"]
+NS_PER_S = 1_000_000_000
 
 PORT_KIND = abi.Enum(
     "port_kind",
@@ -56,7 +75,7 @@ PORT_KIND = abi.Enum(
     (
         ("PORT_NONE", 0, "not a VTEP port"),
         ("PORT_ACCESS", 1, "fixed VNI: every frame belongs to port_config.vni, tags pass untouched"),
-        ("PORT_TRUNK", 2, "VLAN-aware: (ifindex, VID) selects the VNI; only single 802.1Q tags"),
+        ("PORT_TRUNK", 2, "VLAN-aware: (ifindex, VID) of the outer 802.1Q tag selects the VNI"),
         ("PORT_TUNNEL", 3, "VXLAN underlay: decap on ingress, encap per peer on egress"),
     ),
 )
@@ -82,12 +101,35 @@ DROP_REASON = abi.Enum(
         ("DROP_MTU", 9, "egress: the encapsulated copy exceeds the tunnel port's MTU"),
         ("DROP_NO_PEER", 10, "egress: more copies than peers on the port (during an update)"),
         ("DROP_NOT_MEMBER", 11, "egress: port is not a member of the copy's VNI"),
-        ("DROP_BAD_COMMAND", 12, "egress: no valid command"),
-        ("DROP_SPLIT_HORIZON", 13, "egress: a decapsulated frame towards a tunnel"),
+        ("DROP_NO_OUTER", 12, "egress: a copy without the Outer that ingress puts on every flooded frame"),
+        ("DROP_SPLIT_HORIZON", 13, "a decapsulated frame towards a tunnel"),
+        ("DROP_HAIRPIN", 14, "known unicast: the destination is behind the port the frame came from"),
     ),
     count="DROP_REASONS",
 )
 DROP_REASONS = tuple(DROP_REASON.labels("DROP_").values())  # the counters' names, by reason number
+
+FDB_EVENT = abi.Enum(
+    "fdb_event",
+    "Forwarding events, counted per VNI: traffic_stats.fdb[event].",
+    (
+        ("FDB_LEARNED", 0, "a new MAC learned"),
+        ("FDB_MOVED", 1, "a learned MAC seen at another place (port or remote VTEP) and learned there"),
+        ("FDB_AGED_OUT", 2, "a learned MAC found older than the aging time, and removed"),
+        ("FDB_STATIC_CONFLICT", 3, "a frame from a MAC that a static entry puts elsewhere: not learned"),
+        ("FDB_KNOWN_UNICAST", 4, "a frame to a known MAC, sent to exactly one place"),
+        ("FDB_FLOODED", 5, "a frame flooded to the VNI's members (broadcast, multicast, unknown unicast)"),
+    ),
+    count="FDB_EVENTS",
+)
+FDB_EVENTS = tuple(FDB_EVENT.labels("FDB_").values())  # the counters' names, by event number
+
+VNI_FLAG = abi.Enum(
+    "vni_flag",
+    "Flags of a VNI on a port (vlan_bindings, port_vnis).",
+    (("VNI_PRESERVE_VLAN", 1, "vlan_mode preserve: a trunk's tag stays inside the tunnelled frame"),),
+)
+VNI_PRESERVE_VLAN = VNI_FLAG["VNI_PRESERVE_VLAN"]
 
 PEER_MEMBER = abi.Enum(
     "peer_member",
@@ -125,6 +167,6 @@ ABI = abi.Abi(
     header="bpf/vtep/vtep_abi.h",
     source="plugins/module_utils/vtep/abi.py",
     doc="The VXLAN VTEP's limits, enums and encodings, shared by the data plane and user space.",
-    enums=(LIMITS, PORT_KIND, DROP_REASON, PEER_MEMBER),
+    enums=(LIMITS, PORT_KIND, DROP_REASON, FDB_EVENT, VNI_FLAG, PEER_MEMBER),
     c_helpers=_PEER_MEMBER_KEY_C,
 )

@@ -5,21 +5,34 @@
 One document per host. Tunnel ports carry VXLAN; each VNI lists its local members (fixed-VNI access ports, or
 VLAN-aware trunk bindings) and its remote peers:
 
+    vlan_mode: translate                      # the default; or preserve (seed 000's), also per VNI
+    fdb_aging: 300                            # seconds a learned MAC lives without a frame from it
+    fdb_size: 65536                           # learned MACs, all VNIs together (an LRU table)
     tunnel_ports:
       - {port: uplink0, local_ip: 198.51.100.129}
     vnis:
       - vni: 100
         access_ports: [acc100]
-        trunks: [{port: trunk0, vid: 10}]      # not together with access_ports (one VNI, one kind)
+        trunks: [{port: trunk0, vid: 10}]
         peers:
           - {ip: 198.51.100.130, via: uplink0}  # next-hop MAC from the neighbour table
           - {ip: 198.51.100.134, via: uplink0, mac: "02:00:00:00:01:34"}
+        fdb:                                    # static entries: never aged, never overridden by learning
+          - {mac: "02:00:00:00:64:01", port: acc100}
+          - {mac: "02:00:00:00:64:02", remote: 198.51.100.130}
+
+VLAN handling (vlan_mode, per VTEP or per VNI): `translate` removes a trunk's tag once it selected the VNI, the
+tunnelled frame carries no tag, and a frame leaving through a trunk gets that trunk's VID for its VNI; so a VNI may
+mix access ports and trunks, and trunks may carry one VNI on different VIDs. An access port carries frames as they
+are, tags included (the tags are payload, as on an 802.1Q tunnel port): a tagged frame from an access port leaves a
+trunk with the trunk's VID outside its own tags. `preserve` (seed 000's) keeps the tag inside the tunnelled frame:
+a VNI has one kind of local port and one VID on all its trunks.
 
 validate() returns a VtepConfig or raises ConfigError with every problem found, each naming the field
 (a JSON path such as vnis[0].trunks[1].vid) and the rule it breaks. It runs in two passes: the JSON Schema
 (shape, types, ranges, unknown keys), then, only when the shape is right, the rules a schema cannot express
-(duplicates, one role per port, the seed's one-kind-per-VNI and one-VID-per-VNI rules, peers, interfaces that
-exist, MTU, data plane limits). validate() does no I/O: the caller gathers the host's InterfaceFacts.
+(duplicates, one role per port, preserve mode's one-kind-per-VNI and one-VID-per-VNI rules, peers, static FDB
+entries, interfaces that exist, MTU, data plane limits). validate() does no I/O: the caller gathers the host's InterfaceFacts.
 
 The underlay is IPv4 only (the data plane writes a 50-byte Ethernet/IPv4/UDP/VXLAN outer header); IPv6 tunnel
 addresses are rejected with a message saying so.
@@ -34,9 +47,15 @@ from typing import Any
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import schema as schema_words
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
+    FDB_AGING_DEFAULT,
+    FDB_AGING_MAX,
+    FDB_SIZE_DEFAULT,
+    FDB_SIZE_MAX,
+    FDB_SIZE_MIN,
     VTEP_MAX_IFINDEX,
     VTEP_MAX_MEMBERS,
     VTEP_MAX_PORTS,
+    VTEP_MAX_STATIC_FDB,
     VTEP_MAX_VNIS,
     VXLAN_OVERHEAD,
 )
@@ -45,6 +64,7 @@ VLAN_TAG_LEN = 4
 VNI_MIN, VNI_MAX = 1, 16777215
 VID_MIN, VID_MAX = 1, 4094
 IFNAME_MAX = 15  # IFNAMSIZ - 1
+VLAN_MODES = ("translate", "preserve")
 
 
 class ConfigError(ValueError):
@@ -90,12 +110,28 @@ class Peer:
 
 
 @dataclass(frozen=True)
+class FdbEntry:
+    """A static FDB entry: the MAC is behind a local port of the VNI (port) or behind a peer (remote)."""
+
+    mac: str
+    port: str | None
+    remote: str | None
+    path: str = field(default="", compare=False)
+
+    @property
+    def where(self) -> str:
+        return self.port if self.port is not None else f"remote {self.remote}"
+
+
+@dataclass(frozen=True)
 class Vni:
     vni: int
     access_ports: tuple[AccessPort, ...]
     trunks: tuple[TrunkBinding, ...]
     peers: tuple[Peer, ...]
     path: str = field(default="", compare=False)
+    vlan_mode: str = "translate"
+    fdb: tuple[FdbEntry, ...] = ()
 
     def first_peer(self) -> Peer | None:
         """The peer listed first in the document (the model sorts peers by via and address)."""
@@ -106,6 +142,8 @@ class Vni:
 class VtepConfig:
     tunnel_ports: tuple[TunnelPort, ...]
     vnis: tuple[Vni, ...]
+    fdb_aging: int = FDB_AGING_DEFAULT
+    fdb_size: int = FDB_SIZE_DEFAULT
 
     def ports(self) -> list[str]:
         """Every port the configuration uses (tunnel, access and trunk), sorted by name, each once."""
@@ -153,11 +191,27 @@ SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://xdpfleet.invalid/schemas/vtep-config.json",
     "title": "VTEP configuration",
-    "description": "a document has vnis and optionally tunnel_ports",
+    "description": "a document has vnis and optionally tunnel_ports, vlan_mode, fdb_aging and fdb_size",
     "type": "object",
     "additionalProperties": False,
     "required": ["vnis"],
     "properties": {
+        "vlan_mode": {"$ref": "#/$defs/vlan_mode"},
+        "fdb_aging": {
+            "title": "FDB aging time",
+            "description": f"seconds a learned MAC stays without a frame from it, 1..{FDB_AGING_MAX}",
+            "type": "integer",
+            "minimum": 1,
+            "maximum": FDB_AGING_MAX,
+        },
+        "fdb_size": {
+            "title": "FDB size",
+            "description": f"learned MACs of all VNIs together, {FDB_SIZE_MIN}..{FDB_SIZE_MAX} (the least recently "
+            "seen make room)",
+            "type": "integer",
+            "minimum": FDB_SIZE_MIN,
+            "maximum": FDB_SIZE_MAX,
+        },
         "tunnel_ports": {
             "title": "tunnel ports",
             "description": "the VXLAN underlay ports, each with its local IPv4 address",
@@ -176,6 +230,25 @@ SCHEMA: dict[str, Any] = {
     },
     "$defs": {
         "ifname": _IFNAME,
+        "vlan_mode": {
+            "title": "VLAN mode",
+            "description": "translate (a trunk's tag selects the VNI and is removed; the default) or preserve (the "
+            "tag stays inside the tunnelled frame)",
+            "enum": list(VLAN_MODES),
+        },
+        "fdb_entry": {
+            "title": "static FDB entry",
+            "description": "a static FDB entry has a mac and either a port (a local port of the VNI) or a remote "
+            "(a peer of the VNI)",
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["mac"],
+            "properties": {
+                "mac": {"$ref": "#/$defs/mac"},
+                "port": {"$ref": "#/$defs/ifname"},
+                "remote": {"$ref": "#/$defs/ipv4"},
+            },
+        },
         "ipv4": _IPV4,
         "mac": _MAC,
         "tunnel_port": {
@@ -220,7 +293,7 @@ SCHEMA: dict[str, Any] = {
         },
         "vni": {
             "title": "VNI entry",
-            "description": "a VNI entry has a vni and optionally access_ports, trunks and peers",
+            "description": "a VNI entry has a vni and optionally access_ports, trunks, peers, fdb and vlan_mode",
             "type": "object",
             "additionalProperties": False,
             "required": ["vni"],
@@ -250,6 +323,13 @@ SCHEMA: dict[str, Any] = {
                     "type": "array",
                     "items": {"$ref": "#/$defs/peer"},
                 },
+                "fdb": {
+                    "title": "static FDB entries",
+                    "description": "MACs this VNI reaches at a fixed place, never aged or overridden by learning",
+                    "type": "array",
+                    "items": {"$ref": "#/$defs/fdb_entry"},
+                },
+                "vlan_mode": {"$ref": "#/$defs/vlan_mode"},
             },
         },
     },
@@ -307,6 +387,40 @@ def _interfaces_hint(name: str, interfaces: dict[str, InterfaceFacts]) -> str:
     if close:
         hint = "did you mean " + " or ".join(close) + "? " + hint
     return hint
+
+
+def vlan_mode(document: dict, entry: dict) -> str:
+    """A VNI's VLAN mode: its own, else the document's, else translate."""
+    return entry.get("vlan_mode", document.get("vlan_mode", "translate"))
+
+
+def _fdb_problems(path: str, entry: dict, peer_path: dict) -> list[str]:
+    """A VNI's static entries: unicast MACs, each once, each at one place of the VNI (a local port or a peer)."""
+    problems = []
+    local = {*entry.get("access_ports", []), *(t["port"] for t in entry.get("trunks", []))}
+    seen: dict[str, str] = {}
+    for j, item in enumerate(entry.get("fdb", [])):
+        fpath, mac = f"{path}.fdb[{j}]", item["mac"].lower()
+        bad = _mac_problem(mac)
+        if bad:
+            problems.append(f"{fpath}.mac: {mac} {bad}; a static FDB entry is for a unicast MAC")
+        elif mac in seen:
+            problems.append(
+                f"{fpath}.mac: {mac} is listed twice in VNI {entry['vni']} (also {seen[mac]}); a MAC is at one place"
+            )
+        else:
+            seen[mac] = fpath
+        if ("port" in item) == ("remote" in item):
+            problems.append(f"{fpath}: give either port (a local port of the VNI) or remote (a peer of the VNI)")
+        elif "port" in item and item["port"] not in local:
+            problems.append(
+                f"{fpath}.port: {item['port']} is not a local port of VNI {entry['vni']} "
+                f"(its access ports and trunks: {_names(sorted(local)) or 'none'})"
+            )
+        elif "remote" in item and ipaddress.IPv4Address(item["remote"]) not in peer_path:
+            peers = _names(p["ip"] for p in entry.get("peers", [])) or "none"
+            problems.append(f"{fpath}.remote: {item['remote']} is not a peer of VNI {entry['vni']} (its peers: {peers})")
+    return problems
 
 
 def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> list[str]:
@@ -370,9 +484,11 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> 
     access_owner: dict[str, tuple[int, str]] = {}  # access port -> (VNI, path)
     vid_owner: dict[tuple[str, int], tuple[int, str]] = {}  # (trunk, VID) -> (VNI, path)
     declared = _names(sorted(tunnel_path)) or "none"
+    static_entries = 0
     for i, entry in enumerate(vnis):
         path, vni = f"vnis[{i}]", entry["vni"]
         access, trunks, peers = entry.get("access_ports", []), entry.get("trunks", []), entry.get("peers", [])
+        mode = vlan_mode(document, entry)
         if vni in vni_path:
             problems.append(f"{path}.vni: VNI {vni} is listed twice (also {vni_path[vni]}); each VNI is listed once")
         else:
@@ -421,17 +537,18 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> 
                 vid_owner[(name, vid)] = (vni, tpath)
             if vni_vid is None:
                 vni_vid = (vid, name, tpath)
-            elif vid != vni_vid[0]:
+            elif vid != vni_vid[0] and mode == "preserve":
                 problems.append(
                     f"{tpath}.vid: VNI {vni} uses VID {vid} on {name} but VID {vni_vid[0]} on {vni_vid[1]} "
-                    f"({vni_vid[2]}); all trunk bindings of a VNI use the same VID (VIDs are not translated)"
+                    f"({vni_vid[2]}); in vlan_mode preserve all trunk bindings of a VNI use the same VID (the tag "
+                    "stays inside the tunnelled frame; vlan_mode translate maps each trunk's VID)"
                 )
 
-        if access and trunks:
+        if access and trunks and mode == "preserve":
             problems.append(
                 f"{path}: VNI {vni} mixes fixed-VNI access ports ({_names(access)}) and VLAN-aware trunk ports "
-                f"({_names(t['port'] for t in trunks)}); a VNI has one kind of local port, because the data plane "
-                "neither adds nor removes VLAN tags"
+                f"({_names(t['port'] for t in trunks)}); in vlan_mode preserve a VNI has one kind of local port, "
+                "because the tag stays inside the tunnelled frame (vlan_mode translate removes and adds tags)"
             )
 
         peer_path: dict[ipaddress.IPv4Address, str] = {}
@@ -461,6 +578,9 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> 
             if bad:
                 problems.append(f"{ppath}.mac: {mac.lower()} {bad}; a next-hop MAC must be a unicast address")
 
+        problems.extend(_fdb_problems(path, entry, peer_path))
+        static_entries += len(entry.get("fdb", []))
+
         members = len(access) + len(trunks) + len(peers)
         if members == 0:
             problems.append(f"{path}: VNI {vni} has no members (no access ports, trunks or peers)")
@@ -470,6 +590,11 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> 
                 f"{len(peers)} peers), above the data plane's limit of {VTEP_MAX_MEMBERS} (VTEP_MAX_MEMBERS)"
             )
 
+    if static_entries > VTEP_MAX_STATIC_FDB:
+        problems.append(
+            f"document: has {static_entries} static FDB entries, above the data plane's limit of "
+            f"{VTEP_MAX_STATIC_FDB} (VTEP_MAX_STATIC_FDB)"
+        )
     if len(first_use) > VTEP_MAX_PORTS:
         problems.append(
             f"document: uses {len(first_use)} ports, above the data plane's limit of {VTEP_MAX_PORTS} (VTEP_MAX_PORTS)"
@@ -492,13 +617,14 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> 
                 f"{VTEP_MAX_IFINDEX - 1} (VTEP_MAX_IFINDEX)"
             )
 
-    problems.extend(_mtu_problems(tunnels, vnis, interfaces))
+    problems.extend(_mtu_problems(document, interfaces))
     return problems
 
 
-def _mtu_problems(tunnels: list, vnis: list, interfaces: dict[str, InterfaceFacts]) -> list[str]:
+def _mtu_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> list[str]:
     """A tunnel port's MTU must hold the largest inner frame of every VNI it carries, plus the outer headers
-    (and the tag when the VNI has trunks). One problem per tunnel port, naming the VNI that needs the most."""
+    (and the tag when a VNI keeps its trunks' tags). One problem per tunnel port, naming the VNI that needs the most."""
+    tunnels, vnis = document.get("tunnel_ports", []), document["vnis"]
     problems = []
     seen: set[str] = set()
     tunnel_names = {tunnel["port"] for tunnel in tunnels}
@@ -513,15 +639,16 @@ def _mtu_problems(tunnels: list, vnis: list, interfaces: dict[str, InterfaceFact
             if not any(peer["via"] == name for peer in entry.get("peers", [])):
                 continue
             trunks = entry.get("trunks", [])
+            tagged = bool(trunks) and vlan_mode(document, entry) == "preserve"  # the tag travels in the tunnel
             ports = (*entry.get("access_ports", []), *(t["port"] for t in trunks))
             local = [p for p in ports if p in interfaces and p not in tunnel_names]  # misuse is reported elsewhere
             if not local:
                 continue
             inner_port = min(local, key=lambda p: (-interfaces[p].mtu, p))
             inner = interfaces[inner_port].mtu
-            needed = inner + VXLAN_OVERHEAD + (VLAN_TAG_LEN if trunks else 0)
+            needed = inner + VXLAN_OVERHEAD + (VLAN_TAG_LEN if tagged else 0)
             if mtu < needed:
-                tag = f" + {VLAN_TAG_LEN} VLAN tag" if trunks else ""
+                tag = f" + {VLAN_TAG_LEN} VLAN tag" if tagged else ""
                 why = f"inner MTU {inner} of {inner_port} + {VXLAN_OVERHEAD} VXLAN{tag}"
                 short.append((needed, entry["vni"], why))
         if short:
@@ -578,6 +705,18 @@ def _model(document: dict) -> VtepConfig:
             ),
             key=_by_port,
         )
+        fdb = sorted(
+            (
+                FdbEntry(
+                    f["mac"].lower(),
+                    f.get("port"),
+                    str(ipaddress.IPv4Address(f["remote"])) if "remote" in f else None,
+                    f"{path}.fdb[{j}]",
+                )
+                for j, f in enumerate(entry.get("fdb", []))
+            ),
+            key=lambda f: f.mac,
+        )
         vnis.append(
             Vni(
                 vni=int(entry["vni"]),  # JSON Schema's integer admits 100.0
@@ -585,10 +724,17 @@ def _model(document: dict) -> VtepConfig:
                 trunks=tuple(trunks),
                 peers=tuple(peers),
                 path=path,
+                vlan_mode=vlan_mode(document, entry),
+                fdb=tuple(fdb),
             )
         )
     vnis.sort(key=lambda v: v.vni)
-    return VtepConfig(tunnel_ports=tunnel_ports, vnis=tuple(vnis))
+    return VtepConfig(
+        tunnel_ports=tunnel_ports,
+        vnis=tuple(vnis),
+        fdb_aging=int(document.get("fdb_aging", FDB_AGING_DEFAULT)),
+        fdb_size=int(document.get("fdb_size", FDB_SIZE_DEFAULT)),
+    )
 
 
 def validate(document: Any, interfaces: dict[str, InterfaceFacts]) -> VtepConfig:

@@ -16,6 +16,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout imp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
     ABI,
     DROP_REASONS,
+    FDB_EVENTS,
     VTEP_MAX_MEMBERS,
     VTEP_SMALL_GROUP,
 )
@@ -36,7 +37,7 @@ class PortConfig(ctypes.Structure):
 
 
 class VniRef(ctypes.Structure):
-    _fields_ = [("vni", ctypes.c_uint32), ("vni_slot", ctypes.c_uint32)]
+    _fields_ = [("vni", ctypes.c_uint32), ("vni_slot", ctypes.c_uint16), ("flags", ctypes.c_uint16)]
 
 
 class VlanKey(ctypes.Structure):
@@ -52,13 +53,18 @@ class PortVni(ctypes.Structure):
         ("vid", ctypes.c_uint16),
         ("vni_slot", ctypes.c_uint16),
         ("peers", ctypes.c_uint16),
-        ("pad", ctypes.c_uint16),
+        ("flags", ctypes.c_uint16),
         ("first_peer", ctypes.c_uint32),
     ]
 
 
 class PeerValue(ctypes.Structure):
-    _fields_ = [("remote_ip", ctypes.c_uint32), ("mac", ctypes.c_uint8 * 6), ("pad", ctypes.c_uint16)]
+    _fields_ = [
+        ("remote_ip", ctypes.c_uint32),
+        ("mac", ctypes.c_uint8 * 6),
+        ("pad", ctypes.c_uint16),
+        ("vni", ctypes.c_uint32),
+    ]
 
 
 class VniTunnel(ctypes.Structure):
@@ -74,6 +80,25 @@ class PeerAddrKey(ctypes.Structure):
     _fields_ = [("vni", ctypes.c_uint32), ("addr", ctypes.c_uint32)]
 
 
+class FdbKey(ctypes.Structure):
+    _fields_ = [("vni", ctypes.c_uint32), ("mac", ctypes.c_uint8 * 6), ("pad", ctypes.c_uint16)]
+
+
+class FdbEntry(ctypes.Structure):
+    _fields_ = [
+        ("seen_ns", ctypes.c_uint64),  # CLOCK_MONOTONIC (bpf_ktime_get_ns); 0 in a static entry
+        ("ifindex", ctypes.c_uint32),
+        ("remote_ip", ctypes.c_uint32),  # network order; 0: behind the local port
+        ("peer", ctypes.c_uint32),
+        ("vid", ctypes.c_uint16),
+        ("pad", ctypes.c_uint16),
+    ]
+
+
+class VtepSettings(ctypes.Structure):
+    _fields_ = [("aging_ns", ctypes.c_uint64), ("static_entries", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+
+
 class TrafficStats(ctypes.Structure):
     _fields_ = [
         ("rx_packets", ctypes.c_uint64),
@@ -81,6 +106,7 @@ class TrafficStats(ctypes.Structure):
         ("tx_packets", ctypes.c_uint64),
         ("tx_bytes", ctypes.c_uint64),
         ("drops", ctypes.c_uint64 * len(DROP_REASONS)),
+        ("fdb", ctypes.c_uint64 * len(FDB_EVENTS)),
     ]
 
 
@@ -100,6 +126,9 @@ LAYOUTS = {
         MapLayout("tunnel_peers", ctypes.c_uint32, PeerValue),
         MapLayout("vni_tunnels", ctypes.c_uint32, VniTunnel),
         MapLayout("peer_admission", PeerAddrKey, ctypes.c_uint32),
+        MapLayout("settings", ctypes.c_uint32, VtepSettings),
+        MapLayout("fdb_static", FdbKey, FdbEntry),
+        MapLayout("fdb", FdbKey, FdbEntry),
         MapLayout("vni_stats", ctypes.c_uint32, TrafficStats, ABI),
         MapLayout("port_stats", ctypes.c_uint32, TrafficStats, ABI),
     )
@@ -107,13 +136,25 @@ LAYOUTS = {
 
 # --- Which maps hold what ---------------------------------------------------------------------------------------
 
-# In the order they are written: a row of peers is in tunnel_peers before port_vnis and vni_tunnels point at it.
-CONFIG_MAPS = ("port_config", "vlan_bindings", "tunnel_peers", "port_vnis", "vni_tunnels", "peer_admission")
+# In the order they are written: a row of peers is in tunnel_peers before port_vnis and vni_tunnels point at it,
+# and static FDB entries are in fdb_static before settings says there are some.
+CONFIG_MAPS = (
+    "port_config",
+    "vlan_bindings",
+    "tunnel_peers",
+    "port_vnis",
+    "vni_tunnels",
+    "peer_admission",
+    "fdb_static",
+    "settings",
+)
 # Arrays among them: every index exists, an all-zero value is an absent entry and removing one writes zeros.
-ARRAY_MAPS = ("port_config", "tunnel_peers", "vni_tunnels")
-# HASH_OF_MAPS: VNI -> DEVMAP_HASH of members (sizes only, no BTF). "flood" groups serve frames from local ports,
-# "local" groups (local members only: split horizon) decapsulated ones. Broadcast walks every bucket of a group,
-# so groups of up to VTEP_SMALL_GROUP members live in the small maps.
+ARRAY_MAPS = ("port_config", "tunnel_peers", "vni_tunnels", "settings")
+# The learned FDB: the data plane writes it, user space only reads it (and drops what a static entry overrides).
+LEARNED_FDB = "fdb"
+# ARRAY_OF_MAPS: VNI slot -> DEVMAP_HASH of members (sizes only, no BTF). "flood" groups serve frames from local
+# ports, "local" groups (local members only: split horizon) decapsulated ones. Broadcast walks every bucket of a
+# group, so groups of up to VTEP_SMALL_GROUP members live in the small maps.
 GROUP_MAPS = {
     ("flood", "small"): "vni_flood",
     ("flood", "large"): "vni_flood_large",

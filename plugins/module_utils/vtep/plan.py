@@ -18,17 +18,21 @@ import ctypes
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
+    NS_PER_S,
     PORT_ACCESS,
     PORT_TRUNK,
     PORT_TUNNEL,
     VTEP_MAX_PEERS,
     VTEP_MAX_PORTS,
     VTEP_MAX_VNIS,
+    VNI_PRESERVE_VLAN,
     peer_member_key,
 )
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
     CONFIG_MAPS,
+    FdbEntry,
+    FdbKey,
     PeerAddrKey,
     PeerValue,
     PortConfig,
@@ -37,6 +41,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts impor
     VlanKey,
     VniRef,
     VniTunnel,
+    VtepSettings,
     group_class,
     ip_be,
     mac_bytes,
@@ -61,15 +66,17 @@ class Port:
 class MapContents:
     """What a VTEP's maps hold (or should hold).
 
-    entries: config map name -> {key bytes: value bytes}; groups: "flood"/"local" -> {vni: {member key: ifindex}};
-    where: (group kind, vni) -> "small"/"large", the map a group lives in; egress_tags: the tags of the egress
-    programs the members run (of the loaded one, in desired contents); origins: the document path each entry and
-    member comes from, keyed (map name, key bytes), (group kind, vni) and (group kind, vni, member key).
+    entries: config map name -> {key bytes: value bytes}; groups: "flood"/"local" -> {vni: {member key: ifindex}},
+    each at its VNI's slot (vni_slots()); where: (group kind, vni) -> "small"/"large", the map a group lives in;
+    orphans: (kind, size, slot) of groups at a slot no VNI has (left by an interrupted update); egress_tags: the tags
+    of the egress programs the members run (of the loaded one, in desired contents); origins: the document path each
+    entry and member comes from, keyed (map name, key bytes), (group kind, vni) and (group kind, vni, member key).
     """
 
     entries: dict[str, dict[bytes, bytes]] = field(default_factory=lambda: {name: {} for name in CONFIG_MAPS})
     groups: dict[str, dict[int, dict[int, int]]] = field(default_factory=lambda: {"flood": {}, "local": {}})
     where: dict[tuple[str, int], str] = field(default_factory=dict)
+    orphans: list[tuple[str, str, int]] = field(default_factory=list)
     egress_tags: set[str] = field(default_factory=set)
     origins: dict[tuple, str] = field(default_factory=dict)
 
@@ -97,9 +104,12 @@ class MapContents:
 
 
 def assign_slots(wanted, current: dict[int, int], capacity: int) -> dict[int, int]:
-    """Slots for the wanted keys: the ones they have now, the smallest free ones for newcomers."""
+    """Slots for the wanted keys: the ones they have now, the smallest free ones for newcomers, taking a slot that
+    a key leaves in this update only when no other is free (its old state is then still in place while it goes)."""
     slots = {key: slot for key, slot in current.items() if key in wanted}
-    free = iter(sorted(set(range(capacity)) - set(slots.values())))
+    leaving = set(current.values()) - set(slots.values())
+    never = set(range(capacity)) - set(slots.values()) - leaving
+    free = iter([*sorted(never), *sorted(leaving)])
     for key in sorted(wanted):
         if key not in slots:
             slots[key] = next(free)
@@ -176,6 +186,7 @@ def compile_desired(
         return PortConfig(mtu=port.mtu, slot=port_slot[port.ifindex], **fields)
 
     rows: dict[tuple[int, int], list[tuple[PeerValue, str]]] = {}  # (vni, tunnel ifindex) -> (peer, path), by copy
+    vni_flags: dict[int, int] = {}
     row_paths: dict[tuple[int, int], str] = {}
     for tunnel in config.tunnel_ports:
         port = ports[tunnel.port]
@@ -191,6 +202,8 @@ def compile_desired(
         for kind in ("flood", "local"):
             out.groups[kind][vni.vni] = {}
             out.origins[(kind, vni.vni)] = vni.path
+        flags = VNI_PRESERVE_VLAN if vni.vlan_mode == "preserve" else 0
+        vni_flags[vni.vni] = flags
         for access in vni.access_ports:
             port = ports[access.port]
             put(
@@ -199,13 +212,14 @@ def compile_desired(
                 port_config(port, kind=PORT_ACCESS, vni=vni.vni, vni_slot=slot),
                 access.path,
             )
-            put("port_vnis", PortVniKey(vni.vni, port.ifindex), PortVni(vni_slot=slot), access.path)
+            put("port_vnis", PortVniKey(vni.vni, port.ifindex), PortVni(vni_slot=slot, flags=flags), access.path)
             member(("flood", "local"), vni.vni, port.ifindex, port.ifindex, access.path)
         for trunk in vni.trunks:
             port = ports[trunk.port]
             put("port_config", ctypes.c_uint32(port.ifindex), port_config(port, kind=PORT_TRUNK), trunk.path)
-            put("vlan_bindings", VlanKey(port.ifindex, trunk.vid), VniRef(vni.vni, slot), trunk.path)
-            put("port_vnis", PortVniKey(vni.vni, port.ifindex), PortVni(vid=trunk.vid, vni_slot=slot), trunk.path)
+            put("vlan_bindings", VlanKey(port.ifindex, trunk.vid), VniRef(vni.vni, slot, flags), trunk.path)
+            binding = PortVni(vid=trunk.vid, vni_slot=slot, flags=flags)
+            put("port_vnis", PortVniKey(vni.vni, port.ifindex), binding, trunk.path)
             member(("flood", "local"), vni.vni, port.ifindex, port.ifindex, trunk.path)
         copies: dict[str, int] = {}
         for peer in vni.peers:  # validated order: by (via, ip), so copy numbers are stable between runs
@@ -213,24 +227,41 @@ def compile_desired(
             copy = copies.get(peer.via, 0)
             copies[peer.via] = copy + 1
             mac = peer.mac or peer_macs[(vni.vni, peer.ip)]
-            value = PeerValue(remote_ip=ip_be(peer.ip), mac=(ctypes.c_uint8 * 6)(*mac_bytes(mac)))
+            value = PeerValue(remote_ip=ip_be(peer.ip), mac=(ctypes.c_uint8 * 6)(*mac_bytes(mac)), vni=vni.vni)
             rows.setdefault((vni.vni, port.ifindex), []).append((value, peer.path))
             row_paths[(vni.vni, port.ifindex)] = f"{vni.path}.peers"
-            put("peer_admission", PeerAddrKey(vni.vni, ip_be(peer.ip)), ctypes.c_uint32(1), peer.path)
             member(("flood",), vni.vni, peer_member_key(port.ifindex, copy), port.ifindex, peer.path)
         if not out.groups["local"][vni.vni]:
             del out.groups["local"][vni.vni]
     wanted = {row: len(peers) for row, peers in rows.items()}
     first = place_rows(wanted, current.peer_rows(), VTEP_MAX_PEERS, row_paths)
+    peer_index: dict[tuple[int, int], tuple[int, int]] = {}  # (vni, remote ip) -> (tunnel_peers index, ifindex)
     for (vni, ifindex), peers in sorted(rows.items()):
         for copy, (value, path) in enumerate(peers):
-            put("tunnel_peers", ctypes.c_uint32(first[(vni, ifindex)] + copy), value, path)
+            index = first[(vni, ifindex)] + copy
+            put("tunnel_peers", ctypes.c_uint32(index), value, path)
+            put("peer_admission", PeerAddrKey(vni, value.remote_ip), ctypes.c_uint32(index), path)
+            peer_index[(vni, value.remote_ip)] = (index, ifindex)
         # Also admits the VNI on the port.
-        row = PortVni(vni_slot=vni_slot[vni], peers=len(peers), first_peer=first[(vni, ifindex)])
+        row = PortVni(vni_slot=vni_slot[vni], peers=len(peers), flags=vni_flags[vni], first_peer=first[(vni, ifindex)])
         put("port_vnis", PortVniKey(vni, ifindex), row, row_paths[(vni, ifindex)])
         key = ctypes.c_uint32(vni_slot[vni])
         if bytes(key) not in out.entries["vni_tunnels"]:  # sorted: the VNI's first tunnel port
             put("vni_tunnels", key, VniTunnel(vni, ifindex, row.first_peer, row.peers), row_paths[(vni, ifindex)])
+    statics = 0
+    for vni in config.vnis:
+        vids = {trunk.port: trunk.vid for trunk in vni.trunks}
+        for entry in vni.fdb:
+            key = FdbKey(vni.vni, (ctypes.c_uint8 * 6)(*mac_bytes(entry.mac)))
+            if entry.port is not None:
+                value = FdbEntry(ifindex=ports[entry.port].ifindex, vid=vids.get(entry.port, 0))
+            else:
+                index, ifindex = peer_index[(vni.vni, ip_be(entry.remote))]
+                value = FdbEntry(ifindex=ifindex, remote_ip=ip_be(entry.remote), peer=index)
+            put("fdb_static", key, value, entry.path)
+            statics += 1
+    aging = VtepSettings(aging_ns=config.fdb_aging * NS_PER_S, static_entries=statics)
+    put("settings", ctypes.c_uint32(0), aging, "fdb_aging")
     return out
 
 
@@ -238,6 +269,7 @@ def compile_desired(
 class GroupChange:
     kind: str  # flood or local
     vni: int
+    slot: int  # the VNI's slot: the group's index in its map
     size: str  # the map class the group lives in after the change
     adds: dict[int, int]  # member key -> ifindex (all members when the group is new, moves or changes program)
     removes: list[int]
@@ -251,7 +283,7 @@ class MapDiff:
     upserts: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     deletes: dict[str, list[bytes]] = field(default_factory=dict)
     groups: list[GroupChange] = field(default_factory=list)
-    groups_removed: list[tuple[str, int, str]] = field(default_factory=list)  # (kind, vni, size)
+    groups_removed: list[tuple[str, int, str, int]] = field(default_factory=list)  # (kind, vni or None, size, slot)
     fresh_port_slots: list[int] = field(default_factory=list)
     fresh_vni_slots: list[int] = field(default_factory=list)
     origins: dict[tuple, str] = field(default_factory=dict)  # the desired contents' origins
@@ -271,20 +303,24 @@ def diff(current: MapContents, desired: MapContents) -> MapDiff:
         d.upserts[name] = {k: v for k, v in want.items() if have.get(k) != v}
         d.deletes[name] = [k for k in have if k not in want]
     rewire = bool(current.egress_tags - desired.egress_tags)
+    have_slots, want_slots = current.vni_slots(), desired.vni_slots()
     for kind, want_groups in desired.groups.items():
         have_groups = current.groups[kind]
         for vni, members in want_groups.items():
-            size = group_class(members)
+            size, slot = group_class(members), want_slots[vni]
             have = have_groups.get(vni)
             was = current.where.get((kind, vni))
             if have is None or was != size:
-                d.groups.append(GroupChange(kind, vni, size, dict(members), [], moved_from=was))
+                d.groups.append(GroupChange(kind, vni, slot, size, dict(members), [], moved_from=was))
                 continue
             adds = dict(members) if rewire else {k: v for k, v in members.items() if have.get(k) != v}
             removes = [k for k in have if k not in members]
             if adds or removes:
-                d.groups.append(GroupChange(kind, vni, size, adds, removes))
-        d.groups_removed += [(kind, vni, current.where[(kind, vni)]) for vni in have_groups if vni not in want_groups]
+                d.groups.append(GroupChange(kind, vni, slot, size, adds, removes))
+        for vni in have_groups:
+            if vni not in want_groups:
+                d.groups_removed.append((kind, vni, current.where[(kind, vni)], have_slots[vni]))
+    d.groups_removed += [(kind, None, size, slot) for kind, size, slot in current.orphans]
     d.fresh_port_slots = _fresh_slots(current.port_slots(), desired.port_slots())
     d.fresh_vni_slots = _fresh_slots(current.vni_slots(), desired.vni_slots())
     return d

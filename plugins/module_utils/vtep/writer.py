@@ -25,6 +25,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts impor
     GROUP_CAPACITY,
     GROUP_MAPS,
     LAYOUTS,
+    LEARNED_FDB,
     DevmapVal,
     TrafficStats,
     u32,
@@ -66,14 +67,19 @@ def read(maps: dict[str, libbpf.Map]) -> plan.MapContents:
             entries = [(k, v) for k, v in entries if any(v)]
         out.entries[name] = dict(entries)
     prog_ids: set[int] = set()
+    vni_at = {slot: vni for vni, slot in out.vni_slots().items()}
     for (kind, size), name in GROUP_MAPS.items():
-        for raw_vni, ref in maps[name].dump():
-            vni = int.from_bytes(raw_vni, "little")
+        for raw_slot, ref in maps[name].dump():
+            slot = int.from_bytes(raw_slot, "little")
+            if slot not in vni_at:
+                out.orphans.append((kind, size, slot))
+                continue
             inner = _inner(ref)
             try:
                 values = {int.from_bytes(k, "little"): DevmapVal.from_buffer_copy(v) for k, v in inner.dump()}
             finally:
                 libbpf.close_fd(inner.fd)
+            vni = vni_at[slot]
             out.groups[kind][vni] = {member: value.ifindex for member, value in values.items()}
             out.where[(kind, vni)] = size
             prog_ids.update(value.prog for value in values.values())
@@ -119,21 +125,29 @@ class Writer:
         self._remove(name, key)
         self.undo.append(lambda: m.update(key, old))
 
-    def _group(self, kind: str, size: str, vni: int) -> tuple[libbpf.Map, bool]:
-        """The VNI's member group in the map of its size class, and whether it is new (not yet published)."""
-        found = self.maps[GROUP_MAPS[(kind, size)]].lookup(u32(vni))
+    def _group(self, change: plan.GroupChange, fresh: bool) -> libbpf.Map:
+        """The VNI's member group in the map of its size class, or (fresh) a new one that is not yet published."""
+        found = None if fresh else self.maps[GROUP_MAPS[(change.kind, change.size)]].lookup(u32(change.slot))
         if found is not None:
             group = _inner(found)
         else:
-            fd = libbpf.map_create(BPF_MAP_TYPE_DEVMAP_HASH, f"{kind}{vni}", 4, 8, GROUP_CAPACITY[size])
-            group = libbpf.Map.from_fd(fd)
+            size = GROUP_CAPACITY[change.size]
+            group = libbpf.Map.from_fd(
+                libbpf.map_create(BPF_MAP_TYPE_DEVMAP_HASH, f"{change.kind}{change.vni}", 4, 8, size)
+            )
         self._open.append(group.fd)
-        return group, found is None
+        return group
 
-    def _publish(self, kind: str, size: str, vni: int, group: libbpf.Map) -> None:
-        outer, key = self.maps[GROUP_MAPS[(kind, size)]], u32(vni)
+    def _publish(self, change: plan.GroupChange, group: libbpf.Map) -> None:
+        outer, key = self.maps[GROUP_MAPS[(change.kind, change.size)]], u32(change.slot)
+        old = outer.lookup(key)
         outer.update(key, u32(group.fd))
-        self.undo.append(lambda: outer.delete(key))
+        if old is None:
+            self.undo.append(lambda: outer.delete(key))
+        else:  # a group by id cannot be written back by fd: keep it open until the undo
+            previous = _inner(old)
+            self._open.append(previous.fd)
+            self.undo.append(lambda: outer.update(key, u32(previous.fd)))
 
     def _member(self, group: libbpf.Map, member: int, ifindex: int) -> None:
         key = u32(member)
@@ -170,30 +184,37 @@ class Writer:
                         self._put(name, key, value)
             for change in d.groups:
                 words = f"the {change.kind} group of VNI {change.vni}"
+                fresh = change.vni not in self.current.groups[change.kind] or change.moved_from is not None
                 with _refused(origin((change.kind, change.vni)), f"creating {words}"):
-                    group, new = self._group(change.kind, change.size, change.vni)
+                    group = self._group(change, fresh)
                 for member, ifindex in change.adds.items():
                     with _refused(origin((change.kind, change.vni, member)), f"adding ifindex {ifindex} to {words}"):
                         self._member(group, member, ifindex)
-                if new:  # a new group goes live only when complete
+                if fresh:  # a new group goes live only when complete
                     with _refused(origin((change.kind, change.vni)), f"publishing {words}"):
-                        self._publish(change.kind, change.size, change.vni, group)
+                        self._publish(change, group)
+            written = {(c.kind, c.size, c.slot) for c in d.groups}
             for change in d.groups:
                 words = f"the {change.kind} group of VNI {change.vni}"
                 with _refused(origin((change.kind, change.vni)), f"updating {words}"):
                     if change.moved_from:
-                        self.maps[GROUP_MAPS[(change.kind, change.moved_from)]].delete(u32(change.vni))
+                        self.maps[GROUP_MAPS[(change.kind, change.moved_from)]].delete(u32(change.slot))
                         continue
-                    group, _new = self._group(change.kind, change.size, change.vni)
+                    group = self._group(change, fresh=False)
                     for member in change.removes:
                         self._remove_member(group, change, member)
-            for kind, vni, size in d.groups_removed:
-                with _refused(None, f"removing the {kind} group of VNI {vni}"):
-                    self.maps[GROUP_MAPS[(kind, size)]].delete(u32(vni))
+            for kind, vni, size, slot in d.groups_removed:
+                if (kind, size, slot) in written:  # the slot passed to a new VNI, whose group replaced this one
+                    continue
+                with _refused(None, f"removing the {kind} group of VNI {vni if vni is not None else '?'}"):
+                    self.maps[GROUP_MAPS[(kind, size)]].delete(u32(slot))
             for name, keys in d.deletes.items():
                 with _refused(None, f"removing an entry of {name}"):
                     for key in keys:
                         self._delete(name, key)
+            # A static entry overrides what was learned for its MAC (learning never writes it again).
+            for key in d.upserts.get("fdb_static", {}):
+                self.maps[LEARNED_FDB].delete(key)
         except WriteError:
             self.rollback()
             raise
