@@ -133,14 +133,17 @@ class VtepNetns:
                 lab.taps[port] = Tap(f"{port}p", sock)
         return lab
 
-    def load(self, mode: str, cache_dir: str) -> None:
-        """Compile and load the data plane and attach the ingress program to every port."""
+    def load(self, mode: str, cache_dir: str, fdb_size: int | None = None) -> None:
+        """Compile and load the data plane (its learned FDB sized as a document's fdb_size would) and attach the
+        ingress program to every port."""
         path, _ = bpf_build.compile_object(
             str(REPO / "bpf" / "vtep" / "vtep.c"), cache_dir, [str(REPO / "bpf" / "include")]
         )
         self.obj = libbpf.BpfObject(path)
         for layout in layouts.LAYOUTS.values():
             layout.check_object(self.obj)
+        if fdb_size:
+            self.obj.map(layouts.LEARNED_FDB).set_max_entries(fdb_size)
         self.obj.load()
         self.maps = {n: self.obj.map(n) for n in layouts.MAP_NAMES}
         self.current = writer.read(self.maps)

@@ -243,7 +243,9 @@ class Instance:
         mode: str,
         constants: dict,
         layouts: tuple[MapLayout, ...] = (),
+        map_sizes: dict[str, int] | None = None,
     ):
+        """map_sizes: max_entries of maps sized per instance; a pinned map of another size is replaced."""
         self.paths = paths
         self.mode = mode
         self.constants = constants
@@ -254,6 +256,8 @@ class Instance:
                 layout.check_object(self.obj)
             self.program = self.obj.program(program)
             self.rodata = set_rodata(self.obj, constants)
+            for name, size in (map_sizes or {}).items():
+                self.obj.map(name).set_max_entries(size)
             self.new_maps = self._reuse_pinned_maps()
             self.obj.load()  # verifier errors surface here, before any interface is touched
             self.info = self.program.info()

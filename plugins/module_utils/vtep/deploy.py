@@ -138,7 +138,15 @@ def deploy(
     peer_macs = resolve_peer_macs(config, ports, neighbour_timeout)
     try:
         object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
-        instance = xp.Instance(paths, object_path, "vtep_ingress", mode, {}, tuple(layouts.LAYOUTS.values()))
+        instance = xp.Instance(
+            paths,
+            object_path,
+            "vtep_ingress",
+            mode,
+            {},
+            tuple(layouts.LAYOUTS.values()),
+            map_sizes={layouts.LEARNED_FDB: config.fdb_size},
+        )
     except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
         raise VtepError(f"loading the VTEP data plane failed, nothing was changed: {exc}") from exc
     names = {port.ifindex: name for name, port in ports.items()}
