@@ -14,10 +14,21 @@ description:
     instead of XDP. The result is the interop peer and the performance baseline for the XDP VTEP.
   - For each VNI it makes a bridge C(xbr<vni>) and a vxlan device C(xvx<vni>). The vxlan device has the VNI as its
     id, UDP destination port 4789, local address = the tunnel port's I(local_ip), C(dev) = the tunnel port, learning
-    off, and MTU = the tunnel port's MTU - 50. It is a port of the bridge, together with the VNI's access ports.
+    on, and MTU = the tunnel port's MTU - 50. It is a port of the bridge, together with the VNI's access ports.
     Both names fit the 15-character limit for every 24-bit VNI.
   - BUM frames reach the peers by head-end replication, with one all-zeros FDB entry per peer on the vxlan device,
     as C(bridge fdb append 00:00:00:00:00:00 dev xvx<vni> dst <peer ip> via <tunnel port>) does.
+  - MAC learning, as the XDP VTEP does it. The bridge learns on every port which port a MAC is behind (an access
+    port, or the vxlan device), and the vxlan device learns which peer. A unicast frame to a known MAC goes to that
+    one place; unknown unicast, broadcast and multicast are flooded. Both tables forget a MAC after C(fdb_aging)
+    seconds without a frame from it (the bridge's C(ageing_time) and the vxlan device's C(ageing)).
+  - Static entries (C(vnis[].fdb)) are sticky static bridge entries, which learning never moves. An entry with a
+    C(port) is at that access port. An entry with a C(remote) is at the vxlan device, together with a static entry
+    on the vxlan device that sends the MAC to that peer, as C(bridge fdb replace <mac> dev xvx<vni> dst <peer ip>
+    via <tunnel port>) does. The kernel drops a frame from another peer that carries such a MAC as its source
+    (the XDP VTEP forwards it and counts a static_conflict). Learned entries are the kernel's and are never shown
+    or changed; static entries on the module's bridges and vxlan devices that the document does not list are
+    removed.
   - The document is validated (the rules of the XDP VTEP, and the interfaces, MTUs and addresses found on the host)
     before anything changes. Every error names the field.
   - Idempotent. It reads the devices, their attributes, the bridge ports and the FDB entries, and changes only what
@@ -42,6 +53,10 @@ options:
         M(xdpfleet.fabric.vtep). See plugins/module_utils/vtep/config.py for its schema.
       - C(vnis[].trunks) are refused. Trunks would need bridge VLAN filtering, which the Linux baseline does not
         configure and the lab kernel lacks.
+      - C(vlan_mode) (top level or per VNI) is accepted and has no effect. Without trunks both modes carry an access
+        port's frames as they are, tags included.
+      - C(fdb_size) is refused when it is not the default. The bridge and the vxlan device of each VNI learn into
+        tables of their own, and there is no shared limit to set.
       - All peers of one VNI must be via the same tunnel port, because a vxlan device has one local address.
       - C(vnis[].peers[].mac) is accepted but not used. The kernel chooses the next hop from its own routing and
         neighbour tables.
@@ -67,11 +82,13 @@ attributes:
     description:
       - "The items before and after, one per line: an item added shows as C(+VNI 100: peer 198.51.100.34 via
         uplink0), one removed as C(-VNI 200: bridge xbr200), one changed as a pair (C(-VNI 100: vxlan xvx100 MTU
-        1500), C(+VNI 100: vxlan xvx100 MTU 1550))."
+        1500), C(+VNI 100: vxlan xvx100 MTU 1550)). Static entries show as C(VNI 100: static MAC 02:00:00:00:64:01
+        at acc100) or C(VNI 100: static MAC 02:00:00:00:64:02 at remote 198.51.100.34 via uplink0)."
 notes:
   - Only IPv4 underlays are supported, as by the XDP VTEP.
   - The VNI and the UDP port of a live vxlan device cannot change. If either differs, the device is re-created, and
-    that VNI has a short gap. Local address, tunnel port, learning and MTU change in place.
+    that VNI has a short gap (its static entries are made again). Local address, tunnel port, learning, ageing and
+    MTU change in place.
   - A failure part-way through leaves the additions made so far, with nothing yet removed. Running again completes
     the change.
 seealso:
@@ -84,12 +101,16 @@ EXAMPLES = r"""
     config:
       tunnel_ports:
         - {port: uplink0, local_ip: 198.51.100.130}
+      fdb_aging: 300
       vnis:
         - vni: 100
           access_ports: [acc100]
           peers:
             - {ip: 198.51.100.129, via: uplink0}
             - {ip: 198.51.100.134, via: uplink0}
+          fdb:
+            - {mac: "02:00:00:00:64:01", port: acc100}
+            - {mac: "02:00:00:00:64:02", remote: 198.51.100.134}
 
 - name: Same document as the XDP VTEP, from inventory variables
   xdpfleet.fabric.linux_vtep:
@@ -103,8 +124,8 @@ EXAMPLES = r"""
 RETURN = r"""
 vnis:
   description:
-    - Per VNI (keyed by the VNI), the devices, the bridge members and the peers, as the host has them after this
-      run. In check mode, what it would have.
+    - Per VNI (keyed by the VNI), the devices, the bridge members, the peers and the static entries, as the host
+      has them after this run. In check mode, what it would have.
   returned: always
   type: dict
   sample:
@@ -112,6 +133,7 @@ vnis:
       devices: {bridge: xbr100, vxlan: xvx100}
       members: [acc100, xvx100]
       peers: [{ip: 198.51.100.129, via: uplink0}]
+      fdb: [{mac: "02:00:00:00:64:01", port: acc100}, {mac: "02:00:00:00:64:02", remote: 198.51.100.129}]
 changes:
   description:
     - The changes made (or, in check mode, that would be made), one line each (+ added, - removed, ~ changed).
@@ -119,7 +141,7 @@ changes:
   returned: always
   type: list
   elements: str
-  sample: ["VNI 100: + bridge xbr100", "VNI 100: + peer 198.51.100.129 via uplink0"]
+  sample: ["VNI 100: + bridge xbr100 (ageing 300 s)", "VNI 100: + peer 198.51.100.129 via uplink0"]
 problems:
   description: On a refused document, every problem found, each starting with the field's path.
   returned: failure

@@ -20,6 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
+from l2lib import build_frame, mac, send
 from lablib import printed_diff
 
 ANSIBLE = str(Path(sys.executable).parent / "ansible")
@@ -80,18 +81,19 @@ def topo(tmp_path_factory):
         assert not set(NAMESPACES) & set(sh("ip", "netns", "list").stdout.split())
 
 
-def document(host, extra_peers=(), extra_vnis=(), local_ip=None, trunk_vni=False):
+def document(host, extra_peers=(), extra_vnis=(), local_ip=None, trunk_vni=False, fdb=(), **top):
     vnis = [
         {
             "vni": 100,
             "access_ports": [ACCESS],
             "peers": [{"ip": ip, "via": UPLINK} for ip in (UNDERLAY[OTHER[host]], *extra_peers)],
+            "fdb": list(fdb),
         },
         *extra_vnis,
     ]
     if trunk_vni:  # listed second, numbered first: the message must use the document's order
         vnis.append({"vni": 50, "trunks": [{"port": TRUNK, "vid": 10}]})
-    return {"tunnel_ports": [{"port": UPLINK, "local_ip": local_ip or UNDERLAY[host]}], "vnis": vnis}
+    return {"tunnel_ports": [{"port": UPLINK, "local_ip": local_ip or UNDERLAY[host]}], "vnis": vnis, **top}
 
 
 class Run:
@@ -151,6 +153,16 @@ def fdb_peers(host, vxlan="xvx100") -> list[tuple[str, str]]:
     return sorted((e["dst"], e.get("viaIf", "")) for e in entries if e["mac"] == "00:00:00:00:00:00")
 
 
+def fdb_entries(host, mac) -> list[str]:
+    """Every FDB entry of a MAC in a host, in words: port, destination, flags, master, state (learned: none)."""
+    out = []
+    for e in json.loads(sh("bridge", "-j", "fdb", "show", ns=host).stdout):
+        if e["mac"] == mac:
+            words = [e["ifname"], e.get("dst") and f"dst {e['dst']}", *e["flags"], e.get("master"), e.get("state")]
+            out.append(" ".join(w for w in words if w))
+    return sorted(out)
+
+
 def _no_timers(value):
     if isinstance(value, dict):
         return {k: _no_timers(v) for k, v in value.items() if not k.endswith("timer")}
@@ -181,8 +193,9 @@ def test_overlay_ping_both_ways_and_second_run_unchanged(topo):
         first = apply(topo, host)
         assert first.result["changed"] is True
         assert first.changes[:3] == [
-            "VNI 100: + bridge xbr100",
-            "VNI 100: + vxlan xvx100 (local " + UNDERLAY[host] + ", dev xgup0, dstport 4789, MTU 1550, learning off)",
+            "VNI 100: + bridge xbr100 (ageing 300 s)",
+            f"VNI 100: + vxlan xvx100 (local {UNDERLAY[host]}, dev xgup0, dstport 4789, MTU 1550, learning on, "
+            "ageing 300 s)",
             "VNI 100: + vxlan xvx100 into bridge xbr100",
         ], first
         assert f"VNI 100: + access port {ACCESS}" in first.changes
@@ -192,13 +205,15 @@ def test_overlay_ping_both_ways_and_second_run_unchanged(topo):
                 "devices": {"bridge": "xbr100", "vxlan": "xvx100"},
                 "members": [ACCESS, "xvx100"],
                 "peers": [{"ip": UNDERLAY[OTHER[host]], "via": UPLINK}],
+                "fdb": [],
             }
         }
 
     vx = link(H1, "xvx100")
     data = vx["linkinfo"]["info_data"]
     assert (data["id"], data["local"], data["link"], data["port"]) == (100, UNDERLAY[H1], UPLINK, 4789)
-    assert data["learning"] is False and vx["mtu"] == 1550 and vx["master"] == "xbr100"
+    assert data["learning"] is True and data["ageing"] == 300 and vx["mtu"] == 1550 and vx["master"] == "xbr100"
+    assert link(H1, "xbr100")["linkinfo"]["info_data"]["ageing_time"] == 300 * 100  # clock ticks
     assert link(H1, ACCESS)["master"] == "xbr100"
     assert fdb_peers(H1) == [(UNDERLAY[H2], UPLINK)]
     record = json.loads((topo[H1] / "linux_vtep.json").read_text())
@@ -247,16 +262,23 @@ def test_drift_is_repaired_in_place(topo):
     apply(topo, H1)
     ifindex = link(H1, "xvx100")["ifindex"]
     sh("ip", "link", "set", "xvx100", "mtu", "1400", ns=H1)
-    sh("ip", "link", "set", "xvx100", "type", "vxlan", "learning", ns=H1)
+    sh("ip", "link", "set", "xvx100", "type", "vxlan", "nolearning", "ageing", "60", ns=H1)
+    sh("ip", "link", "set", "xbr100", "type", "bridge", "ageing_time", "1000", ns=H1)
+    sh("bridge", "link", "set", "dev", "xvx100", "learning", "off", ns=H1)
     sh("ip", "link", "set", ACCESS, "nomaster", ns=H1)
     repaired = apply(topo, H1)
     assert repaired.changes == [
-        "VNI 100: ~ vxlan xvx100 learning on -> off",
+        "VNI 100: ~ bridge xbr100 ageing 10 s -> 300 s",
+        "VNI 100: ~ vxlan xvx100 learning off -> on",
+        "VNI 100: ~ vxlan xvx100 ageing 60 s -> 300 s",
         "VNI 100: ~ vxlan xvx100 MTU 1400 -> 1550",
+        "VNI 100: ~ bridge port xvx100 learning off -> on",
         f"VNI 100: + access port {ACCESS}",
     ], repaired
     vx = link(H1, "xvx100")
-    assert vx["ifindex"] == ifindex and vx["mtu"] == 1550 and vx["linkinfo"]["info_data"]["learning"] is False
+    assert vx["ifindex"] == ifindex and vx["mtu"] == 1550 and vx["linkinfo"]["info_data"]["learning"] is True
+    assert vx["linkinfo"]["info_data"]["ageing"] == 300 and vx["linkinfo"]["info_slave_data"]["learning"] is True
+    assert link(H1, "xbr100")["linkinfo"]["info_data"]["ageing_time"] == 300 * 100
     assert fdb_peers(H1) == [(UNDERLAY[H2], UPLINK)]
     assert apply(topo, H1).changes == []
     assert ping(E1, OVERLAY_V4[E2]).returncode == 0
@@ -267,8 +289,9 @@ def test_a_vni_dropped_from_the_document_is_removed(topo):
     extra = [{"vni": 16777215, "peers": [{"ip": UNDERLAY[H2], "via": UPLINK}]}]
     grown = apply(topo, H1, extra_vnis=extra)
     assert grown.changes == [
-        "VNI 16777215: + bridge xbr16777215",
-        "VNI 16777215: + vxlan xvx16777215 (local 198.51.100.241, dev xgup0, dstport 4789, MTU 1550, learning off)",
+        "VNI 16777215: + bridge xbr16777215 (ageing 300 s)",
+        "VNI 16777215: + vxlan xvx16777215 (local 198.51.100.241, dev xgup0, dstport 4789, MTU 1550, learning on, "
+        "ageing 300 s)",
         "VNI 16777215: + vxlan xvx16777215 into bridge xbr16777215",
         f"VNI 16777215: + peer {UNDERLAY[H2]} via {UPLINK}",
     ], grown
@@ -290,8 +313,8 @@ def test_an_access_port_moves_to_another_vni(topo):
     moved = run_module(topo, H1, config=moved_doc)
     assert moved.status == "ok", moved
     assert moved.changes == [
-        "VNI 101: + bridge xbr101",
-        "VNI 101: + vxlan xvx101 (local 198.51.100.241, dev xgup0, dstport 4789, MTU 1550, learning off)",
+        "VNI 101: + bridge xbr101 (ageing 300 s)",
+        "VNI 101: + vxlan xvx101 (local 198.51.100.241, dev xgup0, dstport 4789, MTU 1550, learning on, ageing 300 s)",
         "VNI 101: + vxlan xvx101 into bridge xbr101",
         f"VNI 101: + access port {ACCESS}",
         f"VNI 101: + peer {UNDERLAY[H2]} via {UPLINK}",
@@ -363,3 +386,50 @@ def test_absent_removes_only_its_own_devices(topo):
         assert again.status == "ok" and again.result["changed"] is False and again.changes == [], again
     assert link(H1, TRUNK) is not None
     assert ping(E1, OVERLAY_V4[E2]).returncode != 0
+
+
+PINNED, FAR = "02:00:00:00:64:01", "02:00:00:00:64:02"
+STATICS = [{"mac": PINNED, "port": ACCESS}, {"mac": FAR, "remote": UNDERLAY[H2]}]
+
+
+def test_static_entries_are_shown_made_kept_and_removed(topo):
+    apply(topo, H1)
+    before = snapshot(H1)
+    wanted = document(H1, fdb=STATICS)
+    added = [
+        f"VNI 100: + static MAC {PINNED} at {ACCESS}",
+        f"VNI 100: + static MAC {FAR} at remote {UNDERLAY[H2]} via {UPLINK}",
+    ]
+    checked = run_module(topo, H1, check=True, diff=True, config=wanted)
+    assert checked.status == "ok" and checked.changes == added, checked
+    assert printed_diff(checked.proc.stdout, "linux_vtep") == ["+" + line.replace("+ ", "", 1) for line in added]
+    assert snapshot(H1) == before
+
+    made = run_module(topo, H1, config=wanted)
+    assert made.status == "ok" and made.changes == added, made
+    assert made.result["vnis"]["100"]["fdb"] == [{"mac": PINNED, "port": ACCESS}, {"mac": FAR, "remote": UNDERLAY[H2]}]
+    assert fdb_entries(H1, PINNED) == [f"{ACCESS} sticky xbr100 static"]
+    assert fdb_entries(H1, FAR) == [f"xvx100 dst {UNDERLAY[H2]} self permanent", "xvx100 sticky xbr100 static"]
+    again = run_module(topo, H1, config=wanted)
+    assert again.status == "ok" and again.changes == [], again
+
+    # Learning never moves them: the far MAC seen on the access port stays where the document puts it.
+    send(E1, "xgeth0", build_frame("ff:ff:ff:ff:ff:ff", FAR))
+    assert "xvx100 sticky xbr100 static" in fdb_entries(H1, FAR)
+    assert run_module(topo, H1, config=wanted).changes == []
+
+    gone = run_module(topo, H1, diff=True, config=document(H1))
+    assert gone.status == "ok" and gone.changes == [line.replace("+", "-", 1) for line in added], gone
+    assert fdb_entries(H1, PINNED) == [] and fdb_entries(H1, FAR) == []
+    assert snapshot(H1)[1] == before[1]
+
+
+def test_each_vtep_learns_where_a_mac_is(topo):
+    for host in (H1, H2):
+        apply(topo, host)
+    assert ping(E1, OVERLAY_V4[E2]).returncode == 0
+    e1, e2 = mac(E1, "xgeth0"), mac(E2, "xgeth0")
+    # H1: E1 behind its access port; E2 behind the vxlan device, which learned H2 as E2's VTEP
+    assert fdb_entries(H1, e1) == [f"{ACCESS} xbr100"]
+    assert fdb_entries(H1, e2) == [f"xvx100 dst {UNDERLAY[H2]} self", "xvx100 xbr100"]
+    assert fdb_entries(H2, e1) == [f"xvx100 dst {UNDERLAY[H1]} self", "xvx100 xbr100"]

@@ -2,6 +2,8 @@
 the document's own paths, and the steps come with the items before and after that --diff shows. No kernel here;
 tests/integration/test_linux_vtep.py runs the module on real devices."""
 
+import copy
+
 import pytest
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
@@ -9,10 +11,19 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import linux 
 
 
 def link(name, index, kind=None, mtu=1500, master=0, up=True, **extra) -> lv.Link:
+    if master:
+        extra.setdefault("port_learning", True)
+    if kind == "bridge":
+        extra.setdefault("ageing_time", 300.0)
     return lv.Link(name, index, kind, mtu, f"02:00:00:00:00:{index:02x}", up, master, **extra)
 
 
-def host(*extra: lv.Link, remotes=None) -> lv.HostState:
+def vxlan_data(vni, **changed) -> dict:
+    """A vxlan device's attributes as read_host() gives them: as DOCUMENT wants them unless changed."""
+    return {"id": vni, "port": 4789, "local": "198.51.100.241", "link": 2, "learning": 1, "ageing": 300, **changed}
+
+
+def host(*extra: lv.Link, remotes=None, bridge_statics=None, vxlan_statics=None) -> lv.HostState:
     links = [
         link("up0", 2, "veth", mtu=1600),
         link("up1", 3, "veth", mtu=1600),
@@ -24,7 +35,9 @@ def host(*extra: lv.Link, remotes=None) -> lv.HostState:
         *extra,
     ]
     addresses = {2: {"198.51.100.241"}, 3: {"198.51.100.245"}}
-    return lv.HostState({lk.name: lk for lk in links}, addresses, remotes or {})
+    return lv.HostState(
+        {lk.name: lk for lk in links}, addresses, remotes or {}, bridge_statics or {}, vxlan_statics or {}
+    )
 
 
 def desired(document: dict, state: lv.HostState) -> list[lv.DesiredVni]:
@@ -33,6 +46,7 @@ def desired(document: dict, state: lv.HostState) -> list[lv.DesiredVni]:
 
 def test_problems_name_the_items_where_the_document_has_them():
     document = {
+        "fdb_size": 1024,
         "tunnel_ports": [
             {"port": "up1", "local_ip": "198.51.100.250"},
             {"port": "up0", "local_ip": "198.51.100.241"},
@@ -55,6 +69,8 @@ def test_problems_name_the_items_where_the_document_has_them():
     assert refused.value.problems == [
         "tunnel_ports[0].local_ip: 198.51.100.250 is not an address of up1 (this module does not add underlay "
         "addresses: configure them first)",
+        "fdb_size: the Linux baseline cannot bound its learned MACs to 1024 (each VNI's bridge and vxlan device learn "
+        "into tables of their own, without a shared limit); leave fdb_size out",
         "vnis[1].trunks: the Linux baseline needs bridge VLAN filtering (and 802.1Q) for trunk bindings, which it "
         "does not configure and this lab's kernel lacks; use access_ports",
         "vnis[0].peers[2].via: up0, but peers[0] is via up1: the Linux baseline has one vxlan device per VNI with one "
@@ -80,11 +96,10 @@ DOCUMENT = {
 
 
 def test_drift_is_planned_as_changes_with_the_items_before_and_after():
-    vxlan = {"id": 100, "port": 4789, "local": "198.51.100.241", "link": 2, "learning": 1}
     state = host(
-        link("xbr100", 20, "bridge", mcast_snooping=1),
-        link("xvx100", 21, "vxlan", mtu=1400, master=20, vxlan=vxlan),
-        link("acc100", 4, "veth", master=20),
+        link("xbr100", 20, "bridge", mcast_snooping=1, ageing_time=2.5),
+        link("xvx100", 21, "vxlan", mtu=1400, master=20, port_learning=False, vxlan=vxlan_data(100, learning=0)),
+        link("acc100", 4, "veth", master=20, port_learning=False),
         link("acc200", 5, "veth", master=20),
         remotes={21: {lv.Remote("198.51.100.242", 2), lv.Remote("198.51.100.249", 2)}},
     )
@@ -92,60 +107,208 @@ def test_drift_is_planned_as_changes_with_the_items_before_and_after():
     result = lv.changes(steps).result()
     assert result["changes"] == [
         "VNI 100: ~ bridge xbr100 multicast snooping on -> off",
-        "VNI 100: ~ vxlan xvx100 learning on -> off",
+        "VNI 100: ~ bridge xbr100 ageing 2.5 s -> 300 s",
+        "VNI 100: ~ vxlan xvx100 learning off -> on",
         "VNI 100: ~ vxlan xvx100 MTU 1400 -> 1550",
+        "VNI 100: ~ bridge port xvx100 learning off -> on",
+        "VNI 100: ~ bridge port acc100 learning off -> on",
         "VNI 100: + peer 198.51.100.243 via up0",
         "VNI 100: - access port acc200",
         "VNI 100: - peer 198.51.100.249 via up0",
     ]
+    # one netlink change each for the bridge and the vxlan device sets every attribute that drifted
+    assert [s.op for s in steps[:4]] == ["bridge_set", "noop", "vxlan_set", "noop"]
+    assert steps[0].args == {"name": "xbr100", "ageing": 300}
     assert result["diff"] == {
         "before_header": "linux_vtep",
         "after_header": "linux_vtep",
         "before": "VNI 100: bridge xbr100 multicast snooping on\n"
-        "VNI 100: vxlan xvx100 learning on\n"
+        "VNI 100: bridge xbr100 ageing 2.5 s\n"
+        "VNI 100: vxlan xvx100 learning off\n"
         "VNI 100: vxlan xvx100 MTU 1400\n"
+        "VNI 100: bridge port xvx100 learning off\n"
+        "VNI 100: bridge port acc100 learning off\n"
         "VNI 100: access port acc200\n"
         "VNI 100: peer 198.51.100.249 via up0\n",
         "after": "VNI 100: bridge xbr100 multicast snooping off\n"
-        "VNI 100: vxlan xvx100 learning off\n"
+        "VNI 100: bridge xbr100 ageing 300 s\n"
+        "VNI 100: vxlan xvx100 learning on\n"
         "VNI 100: vxlan xvx100 MTU 1550\n"
+        "VNI 100: bridge port xvx100 learning on\n"
+        "VNI 100: bridge port acc100 learning on\n"
         "VNI 100: peer 198.51.100.243 via up0\n",
     }
 
 
+def test_the_documents_fdb_aging_is_the_bridges_and_the_vxlan_devices():
+    state = host(
+        link("xbr100", 20, "bridge"),
+        link("xvx100", 21, "vxlan", mtu=1550, master=20, vxlan=vxlan_data(100)),
+        link("acc100", 4, "veth", master=20),
+        remotes={21: {lv.Remote("198.51.100.242", 2), lv.Remote("198.51.100.243", 2)}},
+    )
+    assert lv.plan(desired(DOCUMENT, state), state) == []
+    short = {**DOCUMENT, "fdb_aging": 2}
+    steps = lv.plan(desired(short, state), state)
+    assert [s.line for s in steps] == [
+        "VNI 100: ~ bridge xbr100 ageing 300 s -> 2 s",
+        "VNI 100: ~ vxlan xvx100 ageing 300 s -> 2 s",
+    ]
+    assert steps[0].args["ageing"] == 2 and steps[1].op == "vxlan_set" and steps[1].args["ageing"] == 2
+
+
+def test_vlan_mode_is_accepted_where_no_trunk_needs_it():
+    """Without trunks (which the baseline refuses) both modes carry an access port's frames as they are."""
+    state = host()
+    for mode in ("translate", "preserve"):
+        document = copy.deepcopy(DOCUMENT)
+        document["vnis"][0]["vlan_mode"] = mode
+        assert [d.vni for d in desired(document, state)] == [100]
+
+
 def test_a_new_vni_is_all_after_and_a_dropped_one_all_before():
-    vxlan = {"id": 300, "port": 4789, "local": "198.51.100.241", "link": 2, "learning": 0}
     state = host(
         link("xbr300", 30, "bridge"),
-        link("xvx300", 31, "vxlan", mtu=1550, master=30, vxlan=vxlan),
+        link("xvx300", 31, "vxlan", mtu=1550, master=30, vxlan=vxlan_data(300)),
         link("acc100", 4, "veth", master=30),
         remotes={31: {lv.Remote("198.51.100.242", 2)}},
+        bridge_statics={30: {"02:00:00:00:30:01": lv.BridgeStatic(4, sticky=True)}},
     )
     result = lv.changes(lv.plan(desired(DOCUMENT, state), state)).result()
     assert result["changes"] == [
-        "VNI 100: + bridge xbr100",
-        "VNI 100: + vxlan xvx100 (local 198.51.100.241, dev up0, dstport 4789, MTU 1550, learning off)",
+        "VNI 100: + bridge xbr100 (ageing 300 s)",
+        "VNI 100: + vxlan xvx100 (local 198.51.100.241, dev up0, dstport 4789, MTU 1550, learning on, ageing 300 s)",
         "VNI 100: + vxlan xvx100 into bridge xbr100",
         "VNI 100: + access port acc100",
         "VNI 100: + peer 198.51.100.242 via up0",
         "VNI 100: + peer 198.51.100.243 via up0",
         "VNI 300: - peer 198.51.100.242 via up0",
+        "VNI 300: - static MAC 02:00:00:00:30:01 at acc100",
         "VNI 300: - access port acc100 (moved to VNI 100)",
         "VNI 300: - vxlan xvx300",
         "VNI 300: - bridge xbr300",
     ]
     assert result["diff"]["before"].splitlines() == [
         "VNI 300: peer 198.51.100.242 via up0",
+        "VNI 300: static MAC 02:00:00:00:30:01 at acc100",
         "VNI 300: access port acc100",
         "VNI 300: vxlan xvx300",
         "VNI 300: bridge xbr300",
     ]
     assert result["diff"]["after"].splitlines() == [
-        "VNI 100: bridge xbr100",
-        "VNI 100: vxlan xvx100 (local 198.51.100.241, dev up0, dstport 4789, MTU 1550, learning off)",
+        "VNI 100: bridge xbr100 (ageing 300 s)",
+        "VNI 100: vxlan xvx100 (local 198.51.100.241, dev up0, dstport 4789, MTU 1550, learning on, ageing 300 s)",
         "VNI 100: vxlan xvx100 in bridge xbr100",
         "VNI 100: access port acc100",
         "VNI 100: peer 198.51.100.242 via up0",
         "VNI 100: peer 198.51.100.243 via up0",
     ]
     assert lv.changes([]).result() == {"changed": False, "changes": []}
+
+
+PORTED, FAR, GONE = "02:00:00:00:64:01", "02:00:00:00:64:02", "02:00:00:00:64:03"
+WITH_STATICS = copy.deepcopy(DOCUMENT)
+WITH_STATICS["vnis"][0]["fdb"] = [
+    {"mac": FAR.upper(), "remote": "198.51.100.243"},  # listed first, planned by MAC
+    {"mac": PORTED, "port": "acc100"},
+]
+
+
+def vni100(bridge_statics=None, vxlan_statics=None, vxlan=None) -> lv.HostState:
+    """VNI 100 as DOCUMENT wants it, with these static entries."""
+    return host(
+        link("xbr100", 20, "bridge"),
+        link("xvx100", 21, "vxlan", mtu=1550, master=20, vxlan=vxlan or vxlan_data(100)),
+        link("acc100", 4, "veth", master=20),
+        remotes={21: {lv.Remote("198.51.100.242", 2), lv.Remote("198.51.100.243", 2)}},
+        bridge_statics={20: bridge_statics or {}},
+        vxlan_statics={21: vxlan_statics or {}},
+    )
+
+
+def test_static_entries_are_sticky_bridge_entries_and_a_remote_one_names_its_peer():
+    state = vni100()
+    steps = lv.plan(desired(WITH_STATICS, state), state)
+    result = lv.changes(steps).result()
+    assert result["changes"] == [
+        f"VNI 100: + static MAC {PORTED} at acc100",
+        f"VNI 100: + static MAC {FAR} at remote 198.51.100.243 via up0",
+    ]
+    assert result["diff"]["after"].splitlines() == [
+        f"VNI 100: static MAC {PORTED} at acc100",
+        f"VNI 100: static MAC {FAR} at remote 198.51.100.243 via up0",
+    ]
+    assert [(s.op, s.args) for s in steps] == [
+        ("static_set", {"vni": 100, "mac": PORTED, "port": "acc100", "remote": None, "via": "up0", "stale": []}),
+        (
+            "static_set",
+            {"vni": 100, "mac": FAR, "port": "xvx100", "remote": "198.51.100.243", "via": "up0", "stale": []},
+        ),
+    ]
+    # what apply() leaves: nothing more to do
+    done = vni100(
+        {PORTED: lv.BridgeStatic(4, sticky=True), FAR: lv.BridgeStatic(21, sticky=True)},
+        {FAR: {lv.Remote("198.51.100.243", 2)}},
+    )
+    assert lv.plan(desired(WITH_STATICS, done), done) == []
+    assert desired(WITH_STATICS, done)[0].report()["fdb"] == [
+        {"mac": PORTED, "port": "acc100"},
+        {"mac": FAR, "remote": "198.51.100.243"},
+    ]
+    assert lv.report(done)["100"]["fdb"] == [
+        {"mac": PORTED, "port": "acc100"},
+        {"mac": FAR, "remote": "198.51.100.243"},
+    ]
+
+
+def test_static_entries_that_drifted_moved_or_left_the_document():
+    stale_far = lv.Remote("198.51.100.242", 2)
+    state = vni100(
+        {
+            PORTED: lv.BridgeStatic(21, sticky=True),  # the document moved it from a peer to acc100
+            FAR: lv.BridgeStatic(21, sticky=False),  # someone's `bridge fdb replace ... static`
+            GONE: lv.BridgeStatic(4, sticky=True),  # no longer in the document
+        },
+        {PORTED: {lv.Remote("198.51.100.243", 2)}, FAR: {stale_far}},
+    )
+    steps = lv.plan(desired(WITH_STATICS, state), state)
+    result = lv.changes(steps).result()
+    assert result["changes"] == [
+        f"VNI 100: ~ static MAC {PORTED} at remote 198.51.100.243 via up0 -> acc100",
+        f"VNI 100: ~ static MAC {FAR} at remote 198.51.100.242 via up0 (not sticky) -> remote 198.51.100.243 via up0",
+        f"VNI 100: - static MAC {GONE} at acc100",
+    ]
+    assert [s.args["stale"] for s in steps[:2]] == [[lv.Remote("198.51.100.243", 2)], [stale_far]]
+    assert steps[2].op == "static_del"
+    assert steps[2].args == {"mac": GONE, "bridge": "xbr100", "port": 4, "vxlan": "xvx100", "stale": []}
+
+
+def test_a_static_entry_missing_its_half_is_completed():
+    state = vni100({FAR: lv.BridgeStatic(21, sticky=True)}, {PORTED: {lv.Remote("198.51.100.243", 2)}})
+    assert lv.changes(lv.plan(desired(WITH_STATICS, state), state)).result()["changes"] == [
+        f"VNI 100: ~ static MAC {PORTED} at remote 198.51.100.243 via up0 (no bridge entry) -> acc100",
+        f"VNI 100: ~ static MAC {FAR} at xvx100 (no remote) -> remote 198.51.100.243 via up0",
+    ]
+
+
+def test_static_entries_are_removed_before_their_ports_leave_the_bridge():
+    state = vni100({PORTED: lv.BridgeStatic(4, sticky=True)})
+    gone = copy.deepcopy(DOCUMENT)
+    gone["vnis"][0]["access_ports"] = []
+    gone["vnis"].append({"vni": 200, "access_ports": ["acc200"]})
+    lines = [s.line for s in lv.plan(desired(gone, state), state)]
+    assert lines.index(f"VNI 100: - static MAC {PORTED} at acc100") < lines.index("VNI 100: - access port acc100")
+    assert lines.index("VNI 200: + access port acc200") < lines.index(f"VNI 100: - static MAC {PORTED} at acc100")
+
+
+def test_a_re_created_vxlan_device_gets_its_static_entries_again():
+    state = vni100(
+        {PORTED: lv.BridgeStatic(4, sticky=True), FAR: lv.BridgeStatic(21, sticky=True)},
+        {FAR: {lv.Remote("198.51.100.243", 2)}},
+        vxlan=vxlan_data(100, port=8472),
+    )
+    lines = [s.line for s in lv.plan(desired(WITH_STATICS, state), state)]
+    assert lines[0].startswith("VNI 100: ~ vxlan xvx100 re-created (VNI 100 -> 100, dstport 8472 -> 4789;")
+    # the entry at acc100 stays; the one at the vxlan device goes with it and comes back
+    assert lines[-1] == f"VNI 100: + static MAC {FAR} at remote 198.51.100.243 via up0"
+    assert not any(PORTED in line for line in lines)

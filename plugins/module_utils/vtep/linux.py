@@ -3,9 +3,17 @@
 """The VTEP configuration document realised with the Linux kernel's own VXLAN: the interop peer and baseline.
 
 Per VNI the host gets a bridge ``xbr<vni>`` and a vxlan device ``xvx<vni>`` (VNI, UDP port 4789, local = the
-tunnel port's local_ip, dev = the tunnel port, learning off, MTU = tunnel MTU - 50) enslaved to it together with
+tunnel port's local_ip, dev = the tunnel port, learning on, MTU = tunnel MTU - 50) enslaved to it together with
 the VNI's access ports. BUM frames reach the peers by head-end replication: one all-zeros FDB entry per peer on the
 vxlan device (``bridge fdb append 00:00:00:00:00:00 dev xvx<vni> dst <peer> via <tunnel port>``).
+
+Learning, as the XDP VTEP does it: the bridge learns which port (an access port, or the vxlan device) a MAC is
+behind, and the vxlan device learns which remote VTEP; both forget a MAC after the document's fdb_aging (the
+bridge's ageing_time, the vxlan device's ageing). A unicast frame to a known MAC goes to that one place; anything
+else is flooded. The document's static entries (`fdb`) are sticky static bridge entries (learning never moves
+them): at the access port, or at the vxlan device together with a static entry there that names the peer
+(``bridge fdb replace <mac> dev xvx<vni> dst <peer> via <tunnel port>``). The kernel drops a decapsulated frame
+whose source MAC a static vxlan entry puts at another VTEP (the XDP VTEP forwards it, counted as static_conflict).
 
 The names fit IFNAMSIZ for every 24-bit VNI (``xbr16777215`` is 11 characters) and are how the module recognises
 its own devices; it also records them in a state file. Only the devices it makes are ever created or deleted; access
@@ -18,6 +26,7 @@ rules on the validated VtepConfig; it gives the desired VNIs) -> `plan` (steps: 
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import os
@@ -27,7 +36,7 @@ from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import VXLAN_PORT
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import FDB_SIZE_DEFAULT, VXLAN_PORT
 
 try:
     from pyroute2 import IPRoute
@@ -46,9 +55,12 @@ BRIDGE_PREFIX = "xbr"
 VXLAN_PREFIX = "xvx"
 STATE_FILE = "linux_vtep.json"
 IFF_UP = 0x1
-NUD_NOARP = 0x40
-NUD_PERMANENT = 0x80
+NUD_NOARP = 0x40  # a static entry (on a bridge: forwarded to its port, never aged)
+NUD_PERMANENT = 0x80  # on a bridge: the bridge's own address; on a vxlan device: static, as NUD_NOARP
 NTF_SELF = 0x02
+NTF_MASTER = 0x04
+NTF_STICKY = 0x40  # a bridge entry that learning never moves to another port
+USER_HZ = 100  # the bridge's ageing_time is in clock ticks of 1/USER_HZ seconds
 
 _OWN_NAME = re.compile(rf"^({BRIDGE_PREFIX}|{VXLAN_PREFIX})([1-9][0-9]{{0,7}})$")
 
@@ -107,8 +119,10 @@ class Link:
     mac: str | None
     up: bool
     master: int  # ifindex of the master device, 0 when none
-    vxlan: dict = field(default_factory=dict)  # id, port, local, link, learning
+    vxlan: dict = field(default_factory=dict)  # id, port, local, link, learning, ageing (seconds)
     mcast_snooping: int | None = None  # bridges
+    ageing_time: float | None = None  # bridges: seconds a learned MAC lives
+    port_learning: bool | None = None  # bridge ports: learning on the port; None: not a bridge port
 
 
 @dataclass(frozen=True)
@@ -121,11 +135,21 @@ class Remote:
     vni: int | None = None  # NDA_VNI, only reported when it differs from the device's VNI
 
 
+@dataclass(frozen=True)
+class BridgeStatic:
+    """A static entry of a bridge's FDB: the MAC forwarded to one port."""
+
+    port: int  # ifindex
+    sticky: bool
+
+
 @dataclass
 class HostState:
     links: dict[str, Link]
     addresses: dict[int, set[str]]  # ifindex -> IPv4 addresses
     remotes: dict[int, set[Remote]]  # vxlan ifindex -> all-zeros FDB destinations
+    bridge_statics: dict[int, dict[str, BridgeStatic]] = field(default_factory=dict)  # bridge ifindex -> {MAC: ...}
+    vxlan_statics: dict[int, dict[str, set[Remote]]] = field(default_factory=dict)  # vxlan ifindex -> {MAC: dsts}
 
     def by_index(self, index: int) -> Link | None:
         return next((lk for lk in self.links.values() if lk.index == index), None)
@@ -167,30 +191,47 @@ def read_host(ipr) -> HostState:
                 "local": data.get_attr("IFLA_VXLAN_LOCAL"),
                 "link": data.get_attr("IFLA_VXLAN_LINK") or 0,
                 "learning": data.get_attr("IFLA_VXLAN_LEARNING"),
+                "ageing": data.get_attr("IFLA_VXLAN_AGEING"),
             }
         elif kind == "bridge" and data is not None:
             link.mcast_snooping = data.get_attr("IFLA_BR_MCAST_SNOOPING")
+            ageing = data.get_attr("IFLA_BR_AGEING_TIME")
+            link.ageing_time = None if ageing is None else ageing / USER_HZ
+        if info is not None and info.get_attr("IFLA_INFO_SLAVE_KIND") == "bridge":
+            port = info.get_attr("IFLA_INFO_SLAVE_DATA")
+            learning = port.get_attr("IFLA_BRPORT_LEARNING") if port is not None else None
+            link.port_learning = None if learning is None else bool(learning)
         links[link.name] = link
     addresses: dict[int, set[str]] = {}
     for msg in ipr.get_addr(family=socket.AF_INET):
         addresses.setdefault(msg["index"], set()).add(msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS"))
     vxlans = {lk.index for lk in links.values() if lk.kind == "vxlan"}
+    bridges = {lk.index for lk in links.values() if lk.kind == "bridge"}
     remotes: dict[int, set[Remote]] = {i: set() for i in vxlans}
+    bridge_statics: dict[int, dict[str, BridgeStatic]] = {i: {} for i in bridges}
+    vxlan_statics: dict[int, dict[str, set[Remote]]] = {i: {} for i in vxlans}
     # Dump everything and filter here: pyroute2's ifindex filter also matches NDA_IFINDEX (an entry's `via`).
+    # Learned entries (neither NUD_NOARP nor NUD_PERMANENT) are the kernel's business: never read, never touched.
     for msg in ipr.fdb("dump"):
-        if msg["ifindex"] not in vxlans or msg.get_attr("NDA_MASTER") is not None:
+        mac, master, state = msg.get_attr("NDA_LLADDR"), msg.get_attr("NDA_MASTER"), msg["state"]
+        if master in bridges:
+            if state & NUD_NOARP and not state & NUD_PERMANENT:  # NUD_PERMANENT: the bridge's own addresses
+                sticky = bool(msg["flags"] & NTF_STICKY)
+                bridge_statics[master][mac] = BridgeStatic(port=msg["ifindex"], sticky=sticky)
             continue
-        if msg.get_attr("NDA_LLADDR") != ZERO_MAC or not msg.get_attr("NDA_DST"):
+        if msg["ifindex"] not in vxlans or master is not None or not msg.get_attr("NDA_DST"):
             continue
-        remotes[msg["ifindex"]].add(
-            Remote(
-                dst=msg.get_attr("NDA_DST"),
-                ifindex=msg.get_attr("NDA_IFINDEX") or 0,
-                port=msg.get_attr("NDA_PORT"),
-                vni=msg.get_attr("NDA_VNI"),
-            )
+        remote = Remote(
+            dst=msg.get_attr("NDA_DST"),
+            ifindex=msg.get_attr("NDA_IFINDEX") or 0,
+            port=msg.get_attr("NDA_PORT"),
+            vni=msg.get_attr("NDA_VNI"),
         )
-    return HostState(links, addresses, remotes)
+        if mac == ZERO_MAC:
+            remotes[msg["ifindex"]].add(remote)
+        elif state & (NUD_NOARP | NUD_PERMANENT):
+            vxlan_statics[msg["ifindex"]].setdefault(mac, set()).add(remote)
+    return HostState(links, addresses, remotes, bridge_statics, vxlan_statics)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -205,6 +246,8 @@ class DesiredVni:
     mtu: int
     access_ports: tuple[str, ...]
     peers: tuple[tuple[str, str], ...]  # (ip, via)
+    fdb: tuple[vc.FdbEntry, ...]  # static entries, by MAC
+    aging: int  # seconds a learned MAC lives, on the bridge and on the vxlan device
 
     @property
     def bridge(self) -> str:
@@ -214,17 +257,31 @@ class DesiredVni:
     def vxlan(self) -> str:
         return vxlan_name(self.vni)
 
+    def static_where(self, entry: vc.FdbEntry) -> str:
+        """Where a static entry sends its MAC, in the words _static_entries() uses for what the host has."""
+        return entry.port if entry.port is not None else f"remote {entry.remote} via {self.tunnel_port}"
+
     def report(self) -> dict:
         """The same shape as `report()` gives for what the host has."""
         return {
             "devices": {"bridge": self.bridge, "vxlan": self.vxlan},
             "members": sorted([self.vxlan, *self.access_ports]),
             "peers": [{"ip": ip, "via": via} for ip, via in sorted(self.peers, key=_ip_key)],
+            "fdb": [
+                {"mac": e.mac, "port": e.port} if e.port is not None else {"mac": e.mac, "remote": e.remote}
+                for e in self.fdb
+            ],
         }
 
     def record(self) -> dict:
         """What the state file keeps of this VNI."""
-        return {**self.report(), "tunnel_port": self.tunnel_port, "local_ip": self.local_ip, "mtu": self.mtu}
+        return {
+            **self.report(),
+            "tunnel_port": self.tunnel_port,
+            "local_ip": self.local_ip,
+            "mtu": self.mtu,
+            "fdb_aging": self.aging,
+        }
 
 
 def _ip_key(item) -> tuple:
@@ -246,6 +303,11 @@ def check(config: vc.VtepConfig, host: HostState) -> list[DesiredVni]:
                 f"{t.path}.local_ip: {t.local_ip} is not an address of {t.port} "
                 "(this module does not add underlay addresses: configure them first)"
             )
+    if config.fdb_size != FDB_SIZE_DEFAULT:
+        problems.append(
+            f"fdb_size: the Linux baseline cannot bound its learned MACs to {config.fdb_size} (each VNI's bridge "
+            "and vxlan device learn into tables of their own, without a shared limit); leave fdb_size out"
+        )
     desired: list[DesiredVni] = []
     for v in config.vnis:
         if v.trunks:
@@ -293,6 +355,8 @@ def check(config: vc.VtepConfig, host: HostState) -> list[DesiredVni]:
                 mtu=(tunnel_link.mtu - vc.VXLAN_OVERHEAD) if tunnel_link else 0,
                 access_ports=tuple(a.port for a in v.access_ports),
                 peers=tuple((p.ip, p.via) for p in v.peers),
+                fdb=v.fdb,
+                aging=config.fdb_aging,
             )
         )
     if problems:
@@ -332,7 +396,13 @@ def _changed(vni: int, item: str, now: str, new: str, op: str, args: dict | None
 
 
 def _vxlan_text(d: DesiredVni) -> str:
-    return f"local {d.local_ip}, dev {d.tunnel_port}, dstport {VXLAN_PORT}, MTU {d.mtu}, learning off"
+    return (
+        f"local {d.local_ip}, dev {d.tunnel_port}, dstport {VXLAN_PORT}, MTU {d.mtu}, learning on, ageing {d.aging} s"
+    )
+
+
+def _seconds(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:g} s"
 
 
 def _vxlan_changes(d: DesiredVni, link: Link, host: HostState) -> tuple[bool, list[tuple[str, str, str]]]:
@@ -346,8 +416,10 @@ def _vxlan_changes(d: DesiredVni, link: Link, host: HostState) -> tuple[bool, li
     if x.get("link") != tunnel.index:
         now = host.by_index(x.get("link") or 0)
         changes.append(("dev", now.name if now else "none", d.tunnel_port))
-    if x.get("learning"):
-        changes.append(("learning", "on", "off"))
+    if not x.get("learning"):
+        changes.append(("learning", "off", "on"))
+    if x.get("ageing") != d.aging:
+        changes.append(("ageing", _seconds(x.get("ageing")), _seconds(d.aging)))
     if link.mtu != d.mtu:
         changes.append(("MTU", str(link.mtu), str(d.mtu)))
     if recreate:
@@ -356,22 +428,38 @@ def _vxlan_changes(d: DesiredVni, link: Link, host: HostState) -> tuple[bool, li
 
 
 def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
-    """Steps to go from `host` to `desired`: every addition and change first, then every removal."""
+    """Steps to go from `host` to `desired`: every addition and change first, then every removal (static entries
+    before the ports they are at leave their bridge)."""
     adds: list[Step] = []
+    static_removes: list[Step] = []
     removes: list[Step] = []
     wanted = {d.vni for d in desired}
     for d in sorted(desired, key=lambda d: d.vni):
         tunnel = host.links[d.tunnel_port]
         bridge = host.links.get(d.bridge)
         vx = host.links.get(d.vxlan)
+        bridge_args = {"name": d.bridge, "ageing": d.aging}
         if bridge is None:
-            adds.append(_added(d.vni, f"bridge {d.bridge}", "bridge_add", {"name": d.bridge}))
+            adds.append(_added(d.vni, f"bridge {d.bridge} (ageing {d.aging} s)", "bridge_add", bridge_args))
         else:
+            bridge_changes = []
             if bridge.mcast_snooping:
-                adds.append(_changed(d.vni, f"bridge {d.bridge} multicast snooping", "on", "off", "bridge_set"))
+                bridge_changes.append(("multicast snooping", "on", "off"))
+            if bridge.ageing_time != d.aging:
+                bridge_changes.append(("ageing", _seconds(bridge.ageing_time), _seconds(d.aging)))
+            for n, (attr, now, new) in enumerate(bridge_changes):  # one netlink change sets them all
+                op = "bridge_set" if n == 0 else "noop"
+                adds.append(_changed(d.vni, f"bridge {d.bridge} {attr}", now, new, op, bridge_args))
             if not bridge.up:
                 adds.append(_changed(d.vni, f"bridge {d.bridge}", "down", "up", "up", {"name": d.bridge}))
-        vx_args = {"name": d.vxlan, "vni": d.vni, "local": d.local_ip, "link": d.tunnel_port, "mtu": d.mtu}
+        vx_args = {
+            "name": d.vxlan,
+            "vni": d.vni,
+            "local": d.local_ip,
+            "link": d.tunnel_port,
+            "mtu": d.mtu,
+            "ageing": d.aging,
+        }
         current_remotes: set[Remote] = set()
         recreate = False
         if vx is None:
@@ -409,13 +497,18 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
                     text=f"+ vxlan {d.vxlan} into bridge {d.bridge}",
                 )
             )
+        elif vx.port_learning is False:
+            adds.append(_port_learning(d.vni, d.vxlan))
         # access ports
         for port in d.access_ports:
             link = host.links[port]
             if bridge is None or link.master != bridge.index:
                 adds.append(_added(d.vni, f"access port {port}", "enslave", {"port": port, "vni": d.vni}))
-            elif not link.up:
+                continue
+            if not link.up:
                 adds.append(_changed(d.vni, f"access port {port}", "down", "up", "up", {"name": port}))
+            if link.port_learning is False:
+                adds.append(_port_learning(d.vni, port))
         if bridge is not None:
             for link in host.ports_of(bridge):
                 if link.name != d.vxlan and link.name not in d.access_ports:
@@ -436,6 +529,30 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
         for r in sorted(current_remotes, key=lambda r: (r.dst, r.ifindex)):
             if not any(_remote_matches(r, ip, tunnel.index, d.vni) for ip, _via in d.peers):
                 removes.append(_removed(d.vni, f"peer {_remote_text(r, host)}", "peer_del", {"vxlan": d.vxlan, "r": r}))
+        # static entries (a re-created vxlan device starts without any, and the bridge forgets its entries for it)
+        current = _static_entries(bridge, None if recreate else vx, host, vx.index if recreate and vx else None)
+        for entry in d.fdb:
+            where, now = d.static_where(entry), current.get(entry.mac)
+            if now == where:
+                continue
+            args = {
+                "vni": d.vni,
+                "mac": entry.mac,
+                "port": entry.port or d.vxlan,
+                "remote": entry.remote,
+                "via": d.tunnel_port,
+                "stale": _stale_remotes(entry, d, vx, host, recreate),
+            }
+            item = f"static MAC {entry.mac} at"
+            if now is None:
+                adds.append(_added(d.vni, f"{item} {where}", "static_set", args))
+            else:
+                adds.append(_changed(d.vni, item, now, where, "static_set", args))
+        kept = {entry.mac for entry in d.fdb}
+        for mac, now in current.items():
+            if mac not in kept:
+                args = _static_del_args(mac, bridge, vx, host)
+                static_removes.append(_removed(d.vni, f"static MAC {mac} at {now}", "static_del", args))
     # VNIs this module made that the document no longer has
     stale: dict[int, dict[str, Link]] = {}
     for link in host.links.values():
@@ -447,6 +564,8 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
         if "vxlan" in devices:
             for r in sorted(host.remotes.get(devices["vxlan"].index, set()), key=lambda r: (r.dst, r.ifindex)):
                 removes.append(_removed(vni, f"peer {_remote_text(r, host)}", "noop"))
+        for mac, now in _static_entries(devices.get("bridge"), devices.get("vxlan"), host).items():
+            removes.append(_removed(vni, f"static MAC {mac} at {now}", "noop"))
         if "bridge" in devices:
             for link in host.ports_of(devices["bridge"]):
                 if own_device(link.name, link.kind) is None:
@@ -457,7 +576,66 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
             if kind in devices:
                 name = devices[kind].name
                 removes.append(_removed(vni, f"{kind} {name}", "delete", {"name": name}))
-    return adds + removes
+    return adds + static_removes + removes
+
+
+def _port_learning(vni: int, port: str) -> Step:
+    return _changed(vni, f"bridge port {port} learning", "off", "on", "port_learning", {"port": port})
+
+
+def _static_entries(
+    bridge: Link | None, vx: Link | None, host: HostState, gone_port: int | None = None
+) -> dict[str, str]:
+    """A VNI's static entries as the host has them, by MAC: where each sends its MAC, in the words of
+    DesiredVni.static_where ("acc100", "remote 198.51.100.130 via ul-a"), with what is odd about it in
+    parentheses. `gone_port`: a port whose bridge entries do not count (a vxlan device about to be re-created)."""
+    entries = {
+        mac: e
+        for mac, e in (host.bridge_statics.get(bridge.index, {}) if bridge else {}).items()
+        if e.port != gone_port
+    }
+    remotes = host.vxlan_statics.get(vx.index, {}) if vx else {}
+    out = {}
+    for mac in sorted(set(entries) | set(remotes)):
+        entry = entries.get(mac)
+        dsts = ", ".join(_remote_text(r, host) for r in sorted(remotes.get(mac, ()), key=lambda r: (r.dst, r.ifindex)))
+        if entry is None:
+            where = f"remote {dsts} (no bridge entry)"
+        elif vx is not None and entry.port == vx.index:
+            where = f"remote {dsts}" if dsts else f"{vx.name} (no remote)"
+        else:
+            port = host.by_index(entry.port)
+            where = port.name if port else f"ifindex {entry.port}"
+            if dsts:
+                where += f" (and remote {dsts} on {vx.name})"
+        if entry is not None and not entry.sticky:
+            where += " (not sticky)"
+        out[mac] = where
+    return out
+
+
+def _stale_remotes(entry: vc.FdbEntry, d: DesiredVni, vx: Link | None, host: HostState, recreate: bool) -> list:
+    """The vxlan device's static destinations for the entry's MAC that the entry does not want."""
+    if vx is None or recreate:
+        return []
+    tunnel = host.links[d.tunnel_port].index
+    found = host.vxlan_statics.get(vx.index, {}).get(entry.mac, set())
+    return sorted(
+        (r for r in found if entry.remote is None or not _remote_matches(r, entry.remote, tunnel, d.vni)),
+        key=lambda r: (r.dst, r.ifindex),
+    )
+
+
+def _static_del_args(mac: str, bridge: Link | None, vx: Link | None, host: HostState) -> dict:
+    entry = host.bridge_statics.get(bridge.index, {}).get(mac) if bridge else None
+    remotes = host.vxlan_statics.get(vx.index, {}).get(mac, set()) if vx else set()
+    return {
+        "mac": mac,
+        "bridge": bridge.name if bridge else None,
+        "port": entry.port if entry else None,
+        "vxlan": vx.name if vx else None,
+        "stale": sorted(remotes, key=lambda r: (r.dst, r.ifindex)),
+    }
 
 
 def _remote_matches(r: Remote, ip: str, via_index: int, vni: int) -> bool:
@@ -496,19 +674,75 @@ def _vxlan_add(ipr, a: dict) -> None:
         vxlan_port=VXLAN_PORT,
         vxlan_local=a["local"],
         vxlan_link=_index(ipr, a["link"]),
-        vxlan_learning=0,
+        vxlan_learning=1,
+        vxlan_ageing=a["ageing"],
         mtu=a["mtu"],
     )
     ipr.link("set", index=_index(ipr, a["name"]), state="up")
 
 
+def _vxlan_fdb(ipr, command: str, vxlan: str, mac: str, r: Remote) -> None:
+    """Add or delete one destination of a static entry (or of the all-zeros entry) on a vxlan device."""
+    extra = {}
+    if r.ifindex:
+        extra["NDA_IFINDEX"] = r.ifindex
+    if r.port is not None:
+        extra["NDA_PORT"] = r.port
+    if r.vni is not None:
+        extra["NDA_VNI"] = r.vni
+    ipr.fdb(
+        command,
+        ifindex=_index(ipr, vxlan),
+        lladdr=mac,
+        dst=r.dst,
+        state=NUD_PERMANENT | NUD_NOARP,
+        flags=NTF_SELF,
+        **extra,
+    )
+
+
+def _absent(exc: NetlinkError) -> bool:
+    """The entry to delete is not there (any more): what the deletion wanted."""
+    return (exc.code if hasattr(exc, "code") else exc.args[0]) == errno.ENOENT
+
+
+def _static_set(ipr, a: dict) -> None:
+    """A static entry: the vxlan device's destination first (for a remote), then the bridge entry that sends the
+    MAC there; each replaces whatever the kernel had learned for the MAC."""
+    for r in a["stale"]:
+        _vxlan_fdb(ipr, "del", vxlan_name(a["vni"]), a["mac"], r)
+    if a["remote"] is not None:
+        remote = Remote(dst=a["remote"], ifindex=_index(ipr, a["via"]))
+        _vxlan_fdb(ipr, "replace", vxlan_name(a["vni"]), a["mac"], remote)
+    ipr.fdb(
+        "replace",
+        ifindex=_index(ipr, a["port"]),
+        lladdr=a["mac"],
+        master=_index(ipr, bridge_name(a["vni"])),
+        state=NUD_NOARP,
+        flags=NTF_MASTER | NTF_STICKY,
+    )
+
+
+def _static_del(ipr, a: dict) -> None:
+    try:
+        if a["port"] is not None:
+            ipr.fdb("del", ifindex=a["port"], lladdr=a["mac"], master=_index(ipr, a["bridge"]), flags=NTF_MASTER)
+    except NetlinkError as exc:
+        if not _absent(exc):  # its port left the bridge earlier in this run, which removed it
+            raise
+    for r in a["stale"]:
+        _vxlan_fdb(ipr, "del", a["vxlan"], a["mac"], r)
+
+
 def _run_step(ipr, step: Step) -> None:
     a = step.args
     if step.op == "bridge_add":
-        ipr.link("add", ifname=a["name"], kind="bridge", br_mcast_snooping=0)
+        ipr.link("add", ifname=a["name"], kind="bridge", br_mcast_snooping=0, br_ageing_time=a["ageing"] * USER_HZ)
         ipr.link("set", index=_index(ipr, a["name"]), state="up")
     elif step.op == "bridge_set":
-        ipr.link("set", index=_index(ipr, bridge_name(step.vni)), kind="bridge", br_mcast_snooping=0)
+        index = _index(ipr, a["name"])
+        ipr.link("set", index=index, kind="bridge", br_mcast_snooping=0, br_ageing_time=a["ageing"] * USER_HZ)
     elif step.op == "up":
         ipr.link("set", index=_index(ipr, a["name"]), state="up")
     elif step.op == "vxlan_add":
@@ -524,7 +758,8 @@ def _run_step(ipr, step: Step) -> None:
             kind="vxlan",
             vxlan_local=a["local"],
             vxlan_link=_index(ipr, a["link"]),
-            vxlan_learning=0,
+            vxlan_learning=1,
+            vxlan_ageing=a["ageing"],
         )
         ipr.link("set", index=index, mtu=a["mtu"])
     elif step.op == "enslave":
@@ -533,34 +768,16 @@ def _run_step(ipr, step: Step) -> None:
         ipr.link("set", index=index, state="up")
     elif step.op == "release":
         ipr.link("set", index=_index(ipr, a["port"]), master=0)
+    elif step.op == "port_learning":
+        ipr.brport("set", index=_index(ipr, a["port"]), learning=1)
     elif step.op == "peer_add":
-        ipr.fdb(
-            "append",
-            ifindex=_index(ipr, a["vxlan"]),
-            lladdr=ZERO_MAC,
-            dst=a["ip"],
-            NDA_IFINDEX=_index(ipr, a["via"]),
-            state=NUD_PERMANENT | NUD_NOARP,
-            flags=NTF_SELF,
-        )
+        _vxlan_fdb(ipr, "append", a["vxlan"], ZERO_MAC, Remote(dst=a["ip"], ifindex=_index(ipr, a["via"])))
     elif step.op == "peer_del":
-        r: Remote = a["r"]
-        extra = {}
-        if r.ifindex:
-            extra["NDA_IFINDEX"] = r.ifindex
-        if r.port is not None:
-            extra["NDA_PORT"] = r.port
-        if r.vni is not None:
-            extra["NDA_VNI"] = r.vni
-        ipr.fdb(
-            "del",
-            ifindex=_index(ipr, a["vxlan"]),
-            lladdr=ZERO_MAC,
-            dst=r.dst,
-            state=NUD_PERMANENT | NUD_NOARP,
-            flags=NTF_SELF,
-            **extra,
-        )
+        _vxlan_fdb(ipr, "del", a["vxlan"], ZERO_MAC, a["r"])
+    elif step.op == "static_set":
+        _static_set(ipr, a)
+    elif step.op == "static_del":
+        _static_del(ipr, a)
     elif step.op == "delete":
         found = ipr.link_lookup(ifname=a["name"])
         if found:
@@ -591,13 +808,14 @@ def apply(ipr, steps: list[Step]) -> None:
 
 
 def report(host: HostState) -> dict[str, dict]:
-    """Per VNI, what the host has now (its devices, bridge members and peers), keyed by the VNI as a string."""
+    """Per VNI, what the host has now (its devices, bridge members, peers and static entries), keyed by the VNI as
+    a string."""
     result: dict[str, dict] = {}
     for link in sorted(host.links.values(), key=lambda lk: lk.name):
         vni = own_device(link.name, link.kind)
         if vni is None:
             continue
-        entry = result.setdefault(str(vni), {"devices": {}, "members": [], "peers": []})
+        entry = result.setdefault(str(vni), {"devices": {}, "members": [], "peers": [], "fdb": []})
         entry["devices"][link.kind] = link.name
         if link.kind == "bridge":
             entry["members"] = [p.name for p in host.ports_of(link)]
@@ -606,6 +824,18 @@ def report(host: HostState) -> dict[str, dict]:
                 {"ip": r.dst, "via": (host.by_index(r.ifindex).name if host.by_index(r.ifindex) else None)}
                 for r in sorted(host.remotes.get(link.index, set()), key=lambda r: (_ip_key(r.dst), r.ifindex))
             ]
+    for entry in result.values():
+        bridge = host.links.get(entry["devices"].get("bridge", ""))
+        vx = host.links.get(entry["devices"].get("vxlan", ""))
+        statics = host.bridge_statics.get(bridge.index, {}) if bridge else {}
+        dsts = host.vxlan_statics.get(vx.index, {}) if vx else {}
+        for mac in sorted(statics):
+            if vx is not None and statics[mac].port == vx.index:
+                remote = min((r.dst for r in dsts.get(mac, ())), key=_ip_key, default=None)
+                entry["fdb"].append({"mac": mac, "remote": remote})
+            else:
+                port = host.by_index(statics[mac].port)
+                entry["fdb"].append({"mac": mac, "port": port.name if port else None})
     return dict(sorted(result.items(), key=lambda kv: int(kv[0])))
 
 
