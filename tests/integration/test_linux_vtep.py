@@ -20,7 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
-from l2lib import build_frame, mac, send
+from l2lib import BROADCAST, Port, build_frame, bum_probe, mac, new_marker, probe, send
 from lablib import printed_diff
 
 ANSIBLE = str(Path(sys.executable).parent / "ansible")
@@ -389,16 +389,17 @@ def test_absent_removes_only_its_own_devices(topo):
 
 
 PINNED, FAR = "02:00:00:00:64:01", "02:00:00:00:64:02"
-STATICS = [{"mac": PINNED, "port": ACCESS}, {"mac": FAR, "remote": UNDERLAY[H2]}]
+STATICS = [{"mac": PINNED, "port": ACCESS}, {"mac": FAR, "remote": NO_VTEP}]
 
 
 def test_static_entries_are_shown_made_kept_and_removed(topo):
-    apply(topo, H1)
+    apply(topo, H2)
+    apply(topo, H1, extra_peers=[NO_VTEP])
     before = snapshot(H1)
-    wanted = document(H1, fdb=STATICS)
+    wanted = document(H1, extra_peers=[NO_VTEP], fdb=STATICS)
     added = [
         f"VNI 100: + static MAC {PINNED} at {ACCESS}",
-        f"VNI 100: + static MAC {FAR} at remote {UNDERLAY[H2]} via {UPLINK}",
+        f"VNI 100: + static MAC {FAR} at remote {NO_VTEP} via {UPLINK}",
     ]
     checked = run_module(topo, H1, check=True, diff=True, config=wanted)
     assert checked.status == "ok" and checked.changes == added, checked
@@ -407,18 +408,23 @@ def test_static_entries_are_shown_made_kept_and_removed(topo):
 
     made = run_module(topo, H1, config=wanted)
     assert made.status == "ok" and made.changes == added, made
-    assert made.result["vnis"]["100"]["fdb"] == [{"mac": PINNED, "port": ACCESS}, {"mac": FAR, "remote": UNDERLAY[H2]}]
+    assert made.result["vnis"]["100"]["fdb"] == [{"mac": PINNED, "port": ACCESS}, {"mac": FAR, "remote": NO_VTEP}]
     assert fdb_entries(H1, PINNED) == [f"{ACCESS} sticky xbr100 static"]
-    assert fdb_entries(H1, FAR) == [f"xvx100 dst {UNDERLAY[H2]} self permanent", "xvx100 sticky xbr100 static"]
+    assert fdb_entries(H1, FAR) == [f"xvx100 dst {NO_VTEP} self permanent", "xvx100 sticky xbr100 static"]
     again = run_module(topo, H1, config=wanted)
     assert again.status == "ok" and again.changes == [], again
 
-    # Learning never moves them: the far MAC seen on the access port stays where the document puts it.
-    send(E1, "xgeth0", build_frame("ff:ff:ff:ff:ff:ff", FAR))
-    assert "xvx100 sticky xbr100 static" in fdb_entries(H1, FAR)
+    # Learning never moves them: FAR seen on the access port stays where the document puts it, and H1 drops what
+    # comes from H2 with FAR as its source (the kernel's vxlan device: a static entry puts FAR at another VTEP).
+    e1, e2 = Port(E1, "xgeth0"), Port(E2, "xgeth0")
+    send(*e1, build_frame(BROADCAST, FAR))
+    assert fdb_entries(H1, FAR) == [f"xvx100 dst {NO_VTEP} self permanent", "xvx100 sticky xbr100 static"]
+    marker = new_marker()
+    assert probe(e2, {"e1": e1}, build_frame(BROADCAST, FAR, marker=marker), marker=marker) == {}
+    assert bum_probe(e2, {"e1": e1}) == {"e1"}  # from a MAC of its own
     assert run_module(topo, H1, config=wanted).changes == []
 
-    gone = run_module(topo, H1, diff=True, config=document(H1))
+    gone = run_module(topo, H1, diff=True, config=document(H1, extra_peers=[NO_VTEP]))
     assert gone.status == "ok" and gone.changes == [line.replace("+", "-", 1) for line in added], gone
     assert fdb_entries(H1, PINNED) == [] and fdb_entries(H1, FAR) == []
     assert snapshot(H1)[1] == before[1]

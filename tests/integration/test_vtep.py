@@ -3,18 +3,26 @@
 a is the hub (a100, a200, alocal), b and c have 100 and 200 endpoints, d a trunk (VID 10 = VNI 100, VID 20 = VNI
 200), and l runs the Linux kernel's own VXLAN (bridge + vxlan device) as an interop peer in VNI 100. See
 inventories/lab/group_vars/all/vtep.yml.
+
+Every VTEP learns where MACs are (the XDP ones in their FDB maps, l in its bridge and vxlan device): the learning
+tests send frames from stations no VTEP has seen yet (MACs of their own, from the endpoints) and look at every
+endpoint for where each frame arrives. d's trunk runs vlan_mode translate (the default) unless a test says
+preserve.
 """
 
+import contextlib
 import copy
 import json
 import re
+import secrets
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from l2lib import Port, Vlan, build_frame, bum_probe, mac, new_marker, ports, probe
+from l2lib import BROADCAST, Capture, Port, Vlan, build_frame, bum_probe, mac, new_marker, ports, probe, send
 from lablib import printed_diff
 
 PLAYBOOK = "playbooks/vtep.yml"
@@ -24,6 +32,9 @@ ADDRESS = {
     "a100": "198.51.100.161", "alocal": "198.51.100.162", "b100": "198.51.100.163", "c100": "198.51.100.164",
     "l100": "198.51.100.165", "a200": "198.51.100.177", "b200": "198.51.100.178", "c200": "198.51.100.179",
 }  # fmt: skip
+VNI100_ALL = [*VNI100, "dtrunk"]  # d's trunk is in VNI 100 with VID 10
+L_TUNNEL_IP = "198.51.100.110"
+AGING = 2  # seconds, for the aging test
 XDP_TASK = "xdpfleet.fabric.vtep : Configure the XDP VTEP"
 INGRESS = r"vtep_ingress tag [0-9a-f]{16} native"  # a VTEP port's program, as --diff names it
 LINUX_TASK = "xdpfleet.fabric.vtep : Configure the Linux kernel VTEP"
@@ -47,6 +58,65 @@ def counters(lab, host):
     result = lab.run_tasks([{"name": "read", "xdpfleet.fabric.vtep_info": {}}], hosts=host)
     assert result.rc == 0, result
     return result.result(task="read", host=host)["ansible_facts"]["xdpfleet_vtep"]
+
+
+@contextlib.contextmanager
+def reconfigured(fabric, host, change):
+    """The XDP VTEP of `host` runs its inventory document as change(document) leaves it; put back afterwards. The
+    module alone configures it (no health check: the test's own frames are what it checks)."""
+    lab, first, _ = fabric
+    document = first.result(task=XDP_TASK, host=host)["invocation"]["module_args"]["config"]
+    changed = copy.deepcopy(document)
+    change(changed)
+
+    def configure(config):
+        result = lab.run_tasks([{"name": "configure", "xdpfleet.fabric.vtep": {"config": config}}], hosts=host)
+        assert result.rc == 0, result
+
+    configure(changed)
+    try:
+        yield
+    finally:
+        configure(document)
+
+
+def station() -> str:
+    """A unicast MAC no VTEP has seen yet: frames from it teach the fabric a new station."""
+    return "02:5b:" + ":".join(f"{b:02x}" for b in secrets.token_bytes(4))
+
+
+def deliveries(endpoints, src, frame, marker, expected=(), wait=2.0, settle=0.3) -> dict:
+    """Send `frame` from endpoint `src` while capturing at every other endpoint of the lab; {endpoint: the frames
+    with the marker it got}. Waits for the expected endpoints (up to `wait`), then `settle` for the others."""
+    with contextlib.ExitStack() as stack:
+        captures = {name: stack.enter_context(Capture(*port)) for name, port in endpoints.items() if name != src}
+        send(*endpoints[src], [frame])
+        deadline = time.monotonic() + wait
+        for name in expected:
+            captures[name].wait_for(marker, timeout=max(0.0, deadline - time.monotonic()))
+        time.sleep(settle)
+    return {name: found for name, cap in captures.items() if (found := cap.with_marker(marker))}
+
+
+def reach(endpoints, src, src_mac, dst_mac, expected=(), vlan=None) -> set[str]:
+    """The endpoints where one frame from `src` (src_mac -> dst_mac, tagged `vlan`) arrives."""
+    marker = new_marker()
+    frame = build_frame(dst_mac, src_mac, marker=marker, vlan=vlan)
+    return set(deliveries(endpoints, src, frame, marker, expected))
+
+
+def everyone_but(name) -> set[str]:
+    """Every endpoint of VNI 100 except `name`: where a flooded frame from `name` arrives."""
+    return set(VNI100_ALL) - {name}
+
+
+def tags(frame: bytes) -> list[int]:
+    """The VIDs of a frame's 802.1Q tags, outermost first."""
+    vids, offset = [], 12
+    while frame[offset : offset + 2] == b"\x81\x00":
+        vids.append(int.from_bytes(frame[offset + 2 : offset + 4], "big") & 0xFFF)
+        offset += 4
+    return vids
 
 
 def dump_config_maps(lab, host):
@@ -79,8 +149,8 @@ def test_first_run_configures_every_vtep_and_second_changes_nothing(fabric):
 def test_bum_stays_in_its_vni_and_crosses_to_every_vtep(fabric):
     _, _, endpoints = fabric
     everyone = {name: endpoints[name] for name in VNI100 + VNI200 if name != "a100"}
-    # Untagged frames of VNI 100 reach every access endpoint, the Linux VTEP's included; d's trunk takes only
-    # frames tagged with VID 10 (the seed's design: tags travel inside the Inner).
+    # Untagged frames of VNI 100 reach every access endpoint, the Linux VTEP's included (d's trunk takes them
+    # tagged with VID 10: test_translate_mode_takes_the_trunks_tag_off_and_puts_it_on).
     assert bum_probe(endpoints["a100"], everyone, timeout=2) == {"alocal", "b100", "c100", "l100"}
     others = {name: endpoints[name] for name in VNI100 + VNI200 if name != "b200"}
     assert bum_probe(endpoints["b200"], others, timeout=2) == {"a200", "c200"}
@@ -102,28 +172,133 @@ def test_ping_across_the_overlay(fabric, src, dst):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_trunk_frames_by_vid(fabric):
-    lab, _, endpoints = fabric
-    trunk = endpoints["dtrunk"]
-    listeners = {name: endpoints[name] for name in VNI100 + VNI200}
-    got = probe(trunk, listeners, vlan=Vlan(10, pcp=5, dei=1), timeout=2)
-    assert set(got) == set(VNI100)
-    assert all(f.vlan == Vlan(10, pcp=5, dei=1) for frames in got.values() for f in frames)  # tag, PCP, DEI kept
-    assert set(probe(trunk, listeners, vlan=Vlan(20), timeout=2)) == set(VNI200)
-    before = counters(lab, "d")["ports"]["trunk0"]["drops"]
-    for vlan in (Vlan(30), Vlan(0), None):
-        assert probe(trunk, listeners, vlan=vlan, timeout=1) == {}
-    after = counters(lab, "d")["ports"]["trunk0"]["drops"]
-    assert after.get("vid_unknown", 0) == before.get("vid_unknown", 0) + 1
-    assert after.get("vid_reserved", 0) == before.get("vid_reserved", 0) + 1
-    assert after.get("untagged", 0) >= before.get("untagged", 0) + 1  # endpoints' own IPv6 noise counts too
+@pytest.mark.parametrize(("left", "right"), [("a100", "l100"), ("b100", "c100")], ids=["xdp-linux", "xdp-xdp"])
+def test_after_one_exchange_unicast_reaches_only_its_destination(fabric, left, right):
+    """Two stations no VTEP knows: the first frame is flooded to the whole VNI; the answer is known unicast where
+    it is sent (learned from the flood), and so is the next frame (learned from the answer). Each time every
+    endpoint of both VNIs is listened to: an XDP VTEP and the Linux one learn each other's MACs, and so do two XDP
+    VTEPs."""
+    _, _, endpoints = fabric
+    here, there = station(), station()
+    assert reach(endpoints, left, here, there, everyone_but(left)) == everyone_but(left)  # nobody knows `there`
+    assert reach(endpoints, right, there, here, [left]) == {left}
+    assert reach(endpoints, left, here, there, [right]) == {right}
 
 
-def test_untagged_vni_100_frames_do_not_leave_the_trunk(fabric):
+def test_a_learned_mac_ages_out_and_unicast_to_it_floods_again(fabric):
+    _, _, endpoints = fabric
+    with reconfigured(fabric, "a", lambda document: document.update(fdb_aging=AGING)):
+        quiet, talker = station(), station()
+        assert reach(endpoints, "alocal", talker, BROADCAST, everyone_but("alocal")) == everyone_but("alocal")
+        # quiet sends one frame, known unicast to talker: only a learns where quiet is
+        assert reach(endpoints, "a100", quiet, talker, ["alocal"]) == {"alocal"}
+        assert reach(endpoints, "alocal", talker, quiet, ["a100"]) == {"a100"}
+        time.sleep(AGING + 0.5)
+        assert reach(endpoints, "alocal", talker, quiet, everyone_but("alocal")) == everyone_but("alocal")
+
+
+def test_a_static_entry_forwards_without_learning_and_learning_never_overrides_it(fabric):
     lab, _, endpoints = fabric
-    before = counters(lab, "d")["ports"]["trunk0"]["drops"].get("vid_mismatch", 0)
-    assert "dtrunk" not in bum_probe(endpoints["a100"], {"dtrunk": endpoints["dtrunk"]}, timeout=1)
-    assert counters(lab, "d")["ports"]["trunk0"]["drops"]["vid_mismatch"] >= before + 1
+    pinned, far, talker = station(), station(), station()
+
+    def pin(document):
+        document["vnis"][0]["fdb"] = [{"mac": pinned, "port": "acc100"}, {"mac": far, "remote": L_TUNNEL_IP}]
+
+    with reconfigured(fabric, "a", pin):
+        # No frame from them ever: each goes to its one place, nowhere else.
+        assert reach(endpoints, "alocal", talker, pinned, ["a100"]) == {"a100"}
+        assert reach(endpoints, "alocal", talker, far, ["l100"]) == {"l100"}
+        # pinned sends from behind c, then from behind alocal: a keeps it at acc100 (a static_conflict each).
+        assert reach(endpoints, "c100", pinned, BROADCAST, everyone_but("c100")) == everyone_but("c100")
+        assert reach(endpoints, "alocal", pinned, BROADCAST, everyone_but("alocal")) == everyone_but("alocal")
+        assert reach(endpoints, "alocal", talker, pinned, ["a100"]) == {"a100"}
+        # far sends from behind alocal: a still sends frames to far through the tunnel to l, and only there. (l's
+        # bridge has just learned far behind its own vxlan device, so it does not pass them on: they are counted
+        # on l's underlay port.)
+        assert reach(endpoints, "alocal", far, BROADCAST, everyone_but("alocal")) == everyone_but("alocal")
+        marker = new_marker()
+        with Capture(f"{lab.prefix}-l", "ul-a") as to_l:
+            got = deliveries(endpoints, "alocal", build_frame(far, talker, marker=marker), marker, settle=0.5)
+        assert set(got) <= {"l100"} and len(to_l.with_marker(marker)) == 1
+
+
+def test_a_mac_that_moves_is_learned_again_and_unicast_follows_it(fabric):
+    _, _, endpoints = fabric
+    roamer = station()
+    assert reach(endpoints, "a100", roamer, BROADCAST, everyone_but("a100")) == everyone_but("a100")
+    assert reach(endpoints, "alocal", station(), roamer, ["a100"]) == {"a100"}
+    assert reach(endpoints, "c100", roamer, BROADCAST, everyone_but("c100")) == everyone_but("c100")  # it moved
+    for src in ("alocal", "b100", "l100"):  # from behind the XDP VTEP it left, another XDP VTEP, the Linux VTEP
+        assert reach(endpoints, src, station(), roamer, ["c100"]) == {"c100"}, src
+
+
+def test_translate_mode_takes_the_trunks_tag_off_and_puts_it_on(fabric):
+    """d's trunk VID 10 and a's access port acc100 (VNI 100) reach each other both ways, flooded and known
+    unicast: frames leave trunk0 tagged with VID 10 and arrive at the access endpoints untagged."""
+    _, _, endpoints = fabric
+    on_trunk, on_access = station(), station()
+
+    def sent(src, dst_mac, src_mac, expected, vlan=None):
+        """(the frame as sent, untagged and unpadded; {endpoint: what arrived there, without padding})"""
+        marker = new_marker()
+        frame = build_frame(dst_mac, src_mac, marker=marker, vlan=vlan)
+        got = deliveries(endpoints, src, frame, marker, expected)
+        arrived = {name: [f.data.rstrip(b"\0") for f in frames] for name, frames in got.items()}
+        return build_frame(dst_mac, src_mac, marker=marker, pad=False), arrived
+
+    untagged, got = sent("dtrunk", BROADCAST, on_trunk, VNI100, vlan=Vlan(10, pcp=5, dei=1))
+    assert got == {name: [untagged] for name in VNI100}
+    untagged, got = sent("dtrunk", BROADCAST, on_trunk, VNI200, vlan=Vlan(20))
+    assert got == {name: [untagged] for name in VNI200}
+    _, got = sent("a100", on_trunk, on_access, ["dtrunk"])  # known unicast: learned from the first frame
+    assert got.keys() == {"dtrunk"} and [tags(f) for f in got["dtrunk"]] == [[10]]
+    untagged, got = sent("dtrunk", on_access, on_trunk, ["a100"], vlan=Vlan(10))
+    assert got == {"a100": [untagged]}
+
+
+def test_an_access_port_carries_tags_as_payload(fabric):
+    """A frame tagged 10 then 20 from a100 (an access port) arrives as it was at the other access endpoints, and
+    leaves d's trunk0 with the trunk's VID 10 outside its own tags (config.py: tags from an access port are
+    payload)."""
+    _, _, endpoints = fabric
+    marker = new_marker()
+    double = build_frame(BROADCAST, station(), marker=marker, vlan=[Vlan(10), Vlan(20)])
+    got = deliveries(endpoints, "a100", double, marker, everyone_but("a100"))
+    assert set(got) == everyone_but("a100")
+    assert [tags(f.data) for f in got["dtrunk"]] == [[10, 10, 20]]
+    assert all(f.data == double for name in ("alocal", "b100", "c100", "l100") for f in got[name])
+
+
+@pytest.fixture(scope="class")
+def preserving(fabric):
+    """d in vlan_mode preserve (seed 000's behaviour: the tag stays inside the tunnelled frame)."""
+    with reconfigured(fabric, "d", lambda document: document.update(vlan_mode="preserve")):
+        yield fabric
+
+
+@pytest.mark.usefixtures("preserving")
+class TestPreserveMode:
+    def test_trunk_frames_by_vid(self, fabric):
+        lab, _, endpoints = fabric
+        trunk = endpoints["dtrunk"]
+        listeners = {name: endpoints[name] for name in VNI100 + VNI200}
+        got = probe(trunk, listeners, vlan=Vlan(10, pcp=5, dei=1), timeout=2)
+        assert set(got) == set(VNI100)
+        assert all(f.vlan == Vlan(10, pcp=5, dei=1) for frames in got.values() for f in frames)  # tag, PCP, DEI kept
+        assert set(probe(trunk, listeners, vlan=Vlan(20), timeout=2)) == set(VNI200)
+        before = counters(lab, "d")["ports"]["trunk0"]["drops"]
+        for vlan in (Vlan(30), Vlan(0), None):
+            assert probe(trunk, listeners, vlan=vlan, timeout=1) == {}
+        after = counters(lab, "d")["ports"]["trunk0"]["drops"]
+        assert after.get("vid_unknown", 0) == before.get("vid_unknown", 0) + 1
+        assert after.get("vid_reserved", 0) == before.get("vid_reserved", 0) + 1
+        assert after.get("untagged", 0) >= before.get("untagged", 0) + 1  # endpoints' own IPv6 noise counts too
+
+    def test_untagged_vni_100_frames_do_not_leave_the_trunk(self, fabric):
+        lab, _, endpoints = fabric
+        before = counters(lab, "d")["ports"]["trunk0"]["drops"].get("vid_mismatch", 0)
+        assert "dtrunk" not in bum_probe(endpoints["a100"], {"dtrunk": endpoints["dtrunk"]}, timeout=1)
+        assert counters(lab, "d")["ports"]["trunk0"]["drops"]["vid_mismatch"] >= before + 1
 
 
 def vxlan_frame(dst_mac, src_ip, dst_ip, vni, inner):
@@ -216,7 +391,8 @@ INVALID = [
      "vnis[1].vni: VNI 100 is listed twice"),
     ({"vnis": [{"vni": 100, "access_ports": ["acc100"]}, {"vni": 200, "access_ports": ["acc100"]}]},
      "is already an access port of VNI"),
-    ({"vnis": [{"vni": 100, "access_ports": ["acc100"], "trunks": [{"port": "acc200", "vid": 10}]}]},
+    ({"vlan_mode": "preserve",
+      "vnis": [{"vni": 100, "access_ports": ["acc100"], "trunks": [{"port": "acc200", "vid": 10}]}]},
      "vnis[0]: VNI 100 mixes fixed-VNI access ports"),
     ({"tunnel_ports": [{"port": "ul-b", "local_ip": "198.51.100.97"}],
       "vnis": [{"vni": 100, "access_ports": ["acc100"], "peers": [{"ip": "198.51.100.98", "via": "ul-c"}]}]},
