@@ -701,9 +701,9 @@ def _vxlan_fdb(ipr, command: str, vxlan: str, mac: str, r: Remote) -> None:
     )
 
 
-def _absent(exc: NetlinkError) -> bool:
-    """The entry to delete is not there (any more): what the deletion wanted."""
-    return (exc.code if hasattr(exc, "code") else exc.args[0]) == errno.ENOENT
+def _netlink_code(exc: NetlinkError):
+    """The errno a netlink request failed with."""
+    return exc.code if hasattr(exc, "code") else exc.args[0]
 
 
 def _static_set(ipr, a: dict) -> None:
@@ -729,7 +729,7 @@ def _static_del(ipr, a: dict) -> None:
         if a["port"] is not None:
             ipr.fdb("del", ifindex=a["port"], lladdr=a["mac"], master=_index(ipr, a["bridge"]), flags=NTF_MASTER)
     except NetlinkError as exc:
-        if not _absent(exc):  # its port left the bridge earlier in this run, which removed it
+        if _netlink_code(exc) != errno.ENOENT:  # gone: its port left the bridge earlier in this run
             raise
     for r in a["stale"]:
         _vxlan_fdb(ipr, "del", a["vxlan"], a["mac"], r)
@@ -788,7 +788,7 @@ def _run_step(ipr, step: Step) -> None:
 
 def _failure(step: Step, exc: Exception) -> str:
     if isinstance(exc, NetlinkError):
-        code = exc.code if hasattr(exc, "code") else exc.args[0]
+        code = _netlink_code(exc)
         return f"{step.line}: netlink failed: {os.strerror(code) if isinstance(code, int) else exc}"
     return str(exc)
 
