@@ -170,14 +170,14 @@ def _no_timers(value):
 
 
 def snapshot(host) -> tuple:
-    """Every link with its attributes (without running timers) and master, and every FDB entry with a dst: what a
-    refusal must not touch."""
+    """Every link with its attributes (without running timers) and master, and every configured FDB entry with a dst
+    or on a bridge (learned ones come and go with the traffic): what a refusal must not touch."""
     links = [_no_timers(lk) for lk in json.loads(sh("ip", "-d", "-j", "link", "show", ns=host).stdout)]
     fdb = json.loads(sh("bridge", "-j", "fdb", "show", ns=host).stdout)
     keep = ("ifname", "ifindex", "mtu", "master", "operstate", "linkinfo")
     return (
         sorted(json.dumps({k: lk.get(k) for k in keep}, sort_keys=True) for lk in links),
-        sorted(json.dumps(e, sort_keys=True) for e in fdb if "dst" in e),
+        sorted(json.dumps(e, sort_keys=True) for e in fdb if e.get("state") and ("dst" in e or "master" in e)),
     )
 
 
