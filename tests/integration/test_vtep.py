@@ -202,7 +202,8 @@ def test_a_static_entry_forwards_without_learning_and_learning_never_overrides_i
     pinned, far, talker = station(), station(), station()
 
     def pin(document):
-        document["vnis"][0]["fdb"] = [{"mac": pinned, "port": "acc100"}, {"mac": far, "remote": L_TUNNEL_IP}]
+        vni100 = next(vni for vni in document["vnis"] if vni["vni"] == 100)
+        vni100["fdb"] = [{"mac": pinned, "port": "acc100"}, {"mac": far, "remote": L_TUNNEL_IP}]
 
     with reconfigured(fabric, "a", pin):
         # No frame from them ever: each goes to its one place, nowhere else.
