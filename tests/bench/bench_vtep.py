@@ -629,7 +629,8 @@ def report(points: list[Point], costs: dict, args, command: str, oddities: list[
         case_ratios = [r for r in RATIOS if r.case == case and r.over in measured and r.under in measured]
         print()
         print(f"{name}: {what}")
-        for figure, unit in (("cost", "ns"), ("mpps", "Mpps"), ("per_core", "Mpps/core"), ("best", "Mpps/core best")):
+        figures = (("cost", "ns"), ("mpps", "Mpps"), ("per_core", "Mpps/core"), ("best", "Mpps/core best"))
+        for figure, unit in figures if costs else figures[1:]:
             rows = [("frame size", *(f"{sc.label} {unit}" for sc in scs), *(r.label for r in case_ratios))]
             for size in args.sizes:
                 if figure == "cost":
@@ -694,9 +695,9 @@ def report(points: list[Point], costs: dict, args, command: str, oddities: list[
         for size in args.sizes:
             by = ratios(r, size)
             primary = by["cost" if r.by_cost else "per_core"]
-            verdict = "met" if primary >= r.goal else "MISSED"
+            verdict = "not measured" if primary != primary else "met" if primary >= r.goal else "MISSED"  # NaN
             verdicts.append(
-                f"{size} B {primary:.2f} {verdict} ({by['cost']:.2f} / {by['per_core']:.2f} / {by['best']:.2f})"
+                f"{size} B {primary:.3f} {verdict} ({by['cost']:.3f} / {by['per_core']:.3f} / {by['best']:.3f})"
             )
         print(f"  {CASES[r.case][0]}: {r.label} >= {r.goal:g}: " + ", ".join(verdicts))
     for line in oddities:
