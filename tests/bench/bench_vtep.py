@@ -116,7 +116,7 @@ BEDS = {
     "u": BedSpec("vtep", known_mac=True),
     "c": BedSpec("ceiling"),
     "f": BedSpec("floor"),
-    "r": BedSpec("encap", peers=1),
+    "r": BedSpec("encap"),
     "l": BedSpec("linux"),
     "m": BedSpec("linux", peers=16),
 }
@@ -288,8 +288,23 @@ class Bed:
     def create(self, bench_obj: str) -> None:
         sh("ip", "netns", "add", self.ns)
         sh("ip", "-n", self.ns, "link", "add", "acc", "type", "veth", "peer", "name", "accp")
-        sh("ip", "-n", self.ns, "link", "add", "ul", "mtu", "1600", "type", "veth", "peer", "name", "ulp", "mtu",
-           "1600")  # fmt: skip
+        sh(
+            "ip",
+            "-n",
+            self.ns,
+            "link",
+            "add",
+            "ul",
+            "mtu",
+            "1600",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "ulp",
+            "mtu",
+            "1600",
+        )
         nsx(self.ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
         for dev in ("acc", "accp", "ul", "ulp"):
             nsx(self.ns, "sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
@@ -374,8 +389,23 @@ class Bed:
             if Path(f"/proc/sys/net/bridge/bridge-nf-call-{table}").exists():
                 nsx(self.ns, "sysctl", "-qw", f"net.bridge.bridge-nf-call-{table}=0")
         sh(*ip, "link", "add", "xkbr0", "type", "bridge")
-        sh(*ip, "link", "add", "xkvx0", "type", "vxlan", "id", str(VNI), "dstport", "4789", "local", LOCAL_IP, "dev",
-           "ul", "nolearning")  # fmt: skip
+        sh(
+            *ip,
+            "link",
+            "add",
+            "xkvx0",
+            "type",
+            "vxlan",
+            "id",
+            str(VNI),
+            "dstport",
+            "4789",
+            "local",
+            LOCAL_IP,
+            "dev",
+            "ul",
+            "nolearning",
+        )
         for dev in ("xkbr0", "xkvx0"):
             nsx(self.ns, "sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
         for peer in self.peers:
