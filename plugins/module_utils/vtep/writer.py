@@ -22,10 +22,12 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
     ARRAY_MAPS,
     CONFIG_MAPS,
+    FDB_GENERATION,
     GROUP_CAPACITY,
     GROUP_MAPS,
     LAYOUTS,
     LEARNED_FDB,
+    USER_FDB_GENERATION_STEP,
     DevmapVal,
     TrafficStats,
     u32,
@@ -164,6 +166,11 @@ class Writer:
         group.delete(key)
         self.undo.append(lambda: group.update(key, readd))
 
+    def _fdb_changed(self) -> None:
+        generation = self.maps[FDB_GENERATION]
+        now = int.from_bytes(generation.lookup(u32(0)), "little")
+        generation.update(u32(0), ((now + USER_FDB_GENERATION_STEP) % (1 << 64)).to_bytes(8, "little"))
+
     def _zero(self, name: str, slots: list[int]) -> None:
         m = self.maps[name]
         zeros = bytes(m.value_buffer_size)
@@ -215,6 +222,9 @@ class Writer:
             # A static entry overrides what was learned for its MAC (learning never writes it again).
             for key in d.upserts.get("fdb_static", {}):
                 self.maps[LEARNED_FDB].delete(key)
+            if d.upserts.get("fdb_static") or d.deletes.get("fdb_static"):
+                with _refused(None, "marking the FDB changed"):
+                    self._fdb_changed()
         except WriteError:
             self.rollback()
             raise
