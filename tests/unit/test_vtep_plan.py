@@ -401,8 +401,37 @@ def test_the_diff_lists_what_goes_before_and_what_comes_after():
         "after": "VNI 100: access port acc101\nVNI 100: peer 198.51.100.6 via tun-c (02:bb:00:00:00:06)\n",
     }
     first = words.changes(plan.MapContents(), now, NAMES, "vtep vtep")
-    assert first.steps[:2] == [
+    assert first.steps[:3] == [
+        "VTEP: + fdb_aging 300 s",
         "VTEP: + tunnel port tun-b local 198.51.100.1 MTU 1600",
         "VTEP: + tunnel port tun-c local 198.51.100.5 MTU 1600",
     ]
     assert first.diff()["before"] == "" and "VNI 110: trunk trunk0 VID 10\n" in first.diff()["after"]
+
+
+def test_the_diff_says_static_macs_the_vlan_mode_and_the_aging_time():
+    now = held(compiled(document()))
+    doc = fdb_document()  # 30 s aging and four static entries
+    doc["vnis"][2]["vlan_mode"] = "preserve"
+    report = words.changes(now, compiled(doc, now), NAMES, "vtep vtep")
+    assert report.steps == [
+        "VTEP: - fdb_aging 300 s",
+        "VTEP: + fdb_aging 30 s",
+        "VNI 100: + static MAC 02:00:00:00:64:01 on acc100",
+        "VNI 100: + static MAC 02:00:00:00:64:03 at remote 198.51.100.3",
+        "VNI 100: + static MAC 02:00:00:00:64:06 at remote 198.51.100.6",
+        "VNI 110: + static MAC 02:00:00:00:6e:01 on trunk0",
+        "VNI 110: + vlan_mode preserve",
+    ]
+    assert report.diff()["before"] == "VTEP: fdb_aging 300 s\n"
+    # A static MAC that moves is one line out and one in; translate, the default, goes unsaid.
+    now = held(compiled(doc))
+    doc["vnis"][1]["fdb"][2]["port"] = "acc101"
+    doc["vnis"][1]["access_ports"].append("acc101")
+    del doc["vnis"][2]["vlan_mode"]
+    assert words.changes(now, compiled(doc, now), NAMES, "vtep vtep").steps == [
+        "VNI 100: - static MAC 02:00:00:00:64:01 on acc100",
+        "VNI 100: + access port acc101",
+        "VNI 100: + static MAC 02:00:00:00:64:01 on acc101",
+        "VNI 110: - vlan_mode preserve",
+    ]
