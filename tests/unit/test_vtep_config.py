@@ -539,7 +539,8 @@ INVALID = [
         "fdb-size-too-small",
         _set(["fdb_size"], 15),
         "fdb_size",
-        "15 is below the minimum 16 (learned MACs of all VNIs together, 16..1048576; the least recently seen make room)",
+        "15 is below the minimum 16 (learned MACs of all VNIs together, 16..1048576; "
+        "the least recently seen make room)",
     ),
     ("fdb-size-too-big", _set(["fdb_size"], 1048577), "fdb_size", "1048577 is above the maximum 1048576"),
     (

@@ -32,7 +32,8 @@ validate() returns a VtepConfig or raises ConfigError with every problem found, 
 (a JSON path such as vnis[0].trunks[1].vid) and the rule it breaks. It runs in two passes: the JSON Schema
 (shape, types, ranges, unknown keys), then, only when the shape is right, the rules a schema cannot express
 (duplicates, one role per port, preserve mode's one-kind-per-VNI and one-VID-per-VNI rules, peers, static FDB
-entries, interfaces that exist, MTU, data plane limits). validate() does no I/O: the caller gathers the host's InterfaceFacts.
+entries, interfaces that exist, MTU, data plane limits). validate() does no I/O: the caller gathers the host's
+InterfaceFacts.
 
 The underlay is IPv4 only (the data plane writes a 50-byte Ethernet/IPv4/UDP/VXLAN outer header); IPv6 tunnel
 addresses are rejected with a message saying so.
@@ -419,7 +420,9 @@ def _fdb_problems(path: str, entry: dict, peer_path: dict) -> list[str]:
             )
         elif "remote" in item and ipaddress.IPv4Address(item["remote"]) not in peer_path:
             peers = _names(p["ip"] for p in entry.get("peers", [])) or "none"
-            problems.append(f"{fpath}.remote: {item['remote']} is not a peer of VNI {entry['vni']} (its peers: {peers})")
+            problems.append(
+                f"{fpath}.remote: {item['remote']} is not a peer of VNI {entry['vni']} (its peers: {peers})"
+            )
     return problems
 
 

@@ -22,10 +22,10 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
     PORT_ACCESS,
     PORT_TRUNK,
     PORT_TUNNEL,
+    VNI_PRESERVE_VLAN,
     VTEP_MAX_PEERS,
     VTEP_MAX_PORTS,
     VTEP_MAX_VNIS,
-    VNI_PRESERVE_VLAN,
     peer_member_key,
 )
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
