@@ -18,8 +18,9 @@ description:
     is behind the remote VTEP it came from.
   - "Known unicast: a frame to a known MAC goes to exactly one place, out of that local port or encapsulated to that
     one remote VTEP, with one redirect. Broadcast, multicast and unknown unicast frames are flooded to every member
-    of the VNI with devmap broadcast. Each peer gets its own unicast copy (head-end replication), where RFC 7348
-    (section 4.2) sends one copy to a multicast group; the underlay needs no multicast."
+    of the VNI with devmap broadcast, and a devmap egress program finishes each copy; many peers may sit behind one
+    tunnel port. Each peer gets its own unicast copy (head-end replication), where RFC 7348 (section 4.2) sends one
+    copy to a multicast group; the underlay needs no multicast."
   - A learned MAC ages out after C(fdb_aging) seconds without a frame from it (300 by default). The learned table
     holds C(fdb_size) MACs of all VNIs together (65536 by default); the least recently seen make room. A MAC seen at
     another place is learned there and counted as C(moved).

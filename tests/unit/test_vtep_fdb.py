@@ -5,7 +5,7 @@ from test_vtep_plan import NAMES, PORTS, compiled, document, fdb_document, mac_a
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import fdb
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import NS_PER_S
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import FdbEntry, FdbKey, ip_be
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import FdbEntry, FdbKey, PortVniKey, ip_be
 
 NOW = 1_000_000 * NS_PER_S  # CLOCK_MONOTONIC when the table is read
 AGING = 30 * NS_PER_S  # fdb_document()'s fdb_aging
@@ -75,6 +75,10 @@ def test_a_static_entry_wins_over_a_learned_one_for_its_mac():
     # learned behind 198.51.100.2 before the static entry put it on acc100
     entries = [learned(100, "02:00:00:00:64:01", 0, "tun-b", "198.51.100.2", index_of_2)]
     assert fdb.table(entries, contents, NAMES, NOW)[100]["02:00:00:00:64:01"] == {"type": "static", "port": "acc100"}
+    # Even a static entry the configuration does not back (acc100 out of VNI 100, as an interrupted update may
+    # leave it) hides the learned one: the data plane finds the static entry, cannot use it, and floods.
+    del contents.entries["port_vnis"][bytes(PortVniKey(100, PORTS["acc100"].ifindex))]
+    assert "02:00:00:00:64:01" not in fdb.table(entries, contents, NAMES, NOW)[100]
 
 
 def test_entries_the_configuration_no_longer_backs_are_not_shown():

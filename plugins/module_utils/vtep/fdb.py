@@ -76,15 +76,17 @@ def table(
 
     vnis = contents.vni_slots()
     out: dict[int, dict[str, dict]] = {vni: {} for vni in sorted(vnis)}
+    static: set[tuple[int, str]] = set()  # the data plane looks these up first, and never the learned entry then
     for raw_key, raw_value in entries["fdb_static"].items():
         key = FdbKey.from_buffer_copy(raw_key)
+        static.add((key.vni, mac_str(key.mac)))
         place = where(key.vni, FdbEntry.from_buffer_copy(raw_value)) if key.vni in vnis else None
         if place is not None:
             out[key.vni][mac_str(key.mac)] = {"type": "static", **place}
     for raw_key, raw_value in learned:
         key, e = FdbKey.from_buffer_copy(raw_key), FdbEntry.from_buffer_copy(raw_value)
         mac, age_ns = mac_str(key.mac), now_ns - e.seen_ns
-        if key.vni not in vnis or mac in out[key.vni] or age_ns > aging_ns:
+        if key.vni not in vnis or (key.vni, mac) in static or age_ns > aging_ns:
             continue
         place = where(key.vni, e)
         if place is not None:
