@@ -87,10 +87,14 @@ struct outer_template {
 };
 _Static_assert(__builtin_offsetof(struct outer_template, hdr) % 8 == 0, "template words are aligned");
 
-/* The last source this CPU learned or refreshed: its next frames from the same place within FDB_REFRESH_NS need no
+/* How long a CPU trusts what it remembers of the FDB (recent_source, recent_destination), in jiffies (read for
+ * free per frame, where the clock costs a helper call): 0.1 s at HZ=1000, 1 s at HZ=100. */
+#define RECENT_JIFFIES 100
+
+/* The last source this CPU learned or refreshed: its next frames from the same place within RECENT_JIFFIES need no
  * FDB lookup (a burst of one sender's frames is the common case). */
 struct recent_source {
-	__u64 seen_ns;
+	__u64 seen_jiffies;
 	__u32 vni;
 	__u32 ifindex;
 	__be32 remote_ip;
@@ -99,10 +103,10 @@ struct recent_source {
 };
 
 /* The last destination this CPU looked up, found or not, with the FDB generation it saw: valid until the FDB
- * changes (fdb_generation) or FDB_REFRESH_NS pass (an entry then found expired is honoured that much longer). */
+ * changes (fdb_generation) or RECENT_JIFFIES pass (an entry that expires meanwhile is honoured that much longer). */
 struct recent_destination {
 	__u64 generation;
-	__u64 checked_ns;
+	__u64 checked_jiffies;
 	__u32 vni;
 	__u8 mac[6];
 	__u8 found;
@@ -256,7 +260,8 @@ struct frame {
 	struct traffic_stats *vni_stats; /* NULL: not counted per VNI */
 	struct vtep_settings *settings;
 	struct cpu_state *cpu;
-	__u64 now;
+	__u64 jiffies;
+	__u64 now; /* CLOCK_MONOTONIC (coarse), read when first needed: clock_now() */
 	__u32 vni;
 	__u32 in_ifindex;
 	__u16 in_slot;
@@ -504,9 +509,18 @@ static __always_inline void fdb_changed(void)
 		__sync_fetch_and_add(generation, 1);
 }
 
+/* The tick's time (CLOCK_MONOTONIC to within a tick): aging counts seconds, and reading the clock source costs more
+ * than a hash lookup here. */
+static __always_inline __u64 clock_now(struct frame *f)
+{
+	if (!f->now)
+		f->now = bpf_ktime_get_coarse_ns();
+	return f->now;
+}
+
 static __always_inline int expired(struct frame *f, struct fdb_entry *e)
 {
-	return (__s64)(f->now - e->seen_ns) > (__s64)f->settings->aging_ns;
+	return (__s64)(clock_now(f) - e->seen_ns) > (__s64)f->settings->aging_ns;
 }
 
 /* Learn that `mac` of the frame's VNI is behind local port `ifindex` (remote_ip 0), or behind the remote VTEP
@@ -519,19 +533,19 @@ static __always_inline void learn(struct frame *f, __u8 *mac, __u32 ifindex, __b
 
 	if (mac[0] & 1) /* a multicast source is not a station */
 		return;
-	if ((__s64)(f->now - recent->seen_ns) < FDB_REFRESH_NS && recent->vni == f->vni &&
+	if (f->jiffies - recent->seen_jiffies < RECENT_JIFFIES && recent->vni == f->vni &&
 	    recent->ifindex == ifindex && recent->remote_ip == remote_ip &&
 	    *(__u32 *)recent->mac == *(__u32 *)mac && *(__u16 *)&recent->mac[4] == *(__u16 *)&mac[4])
 		return;
 	__builtin_memcpy(key.mac, mac, 6);
 	e = bpf_map_lookup_elem(&fdb, &key);
 	if (e && e->ifindex == ifindex && e->remote_ip == remote_ip) {
-		if ((__s64)(f->now - e->seen_ns) >= FDB_REFRESH_NS) {
+		if ((__s64)(clock_now(f) - e->seen_ns) >= FDB_REFRESH_NS) {
 			if (expired(f, e)) { /* gone and back: as if it had been aged out, then learned */
 				count_fdb(f, FDB_AGED_OUT);
 				count_fdb(f, FDB_LEARNED);
 			}
-			e->seen_ns = f->now;
+			e->seen_ns = clock_now(f);
 			e->peer = peer;
 		}
 	} else if (!e && f->settings->static_entries && (e = bpf_map_lookup_elem(&fdb_static, &key))) {
@@ -541,7 +555,7 @@ static __always_inline void learn(struct frame *f, __u8 *mac, __u32 ifindex, __b
 		}
 	} else {
 		count_fdb(f, e ? FDB_MOVED : FDB_LEARNED);
-		fresh.seen_ns = f->now;
+		fresh.seen_ns = clock_now(f);
 		fresh.ifindex = ifindex;
 		fresh.remote_ip = remote_ip;
 		fresh.peer = peer;
@@ -549,7 +563,7 @@ static __always_inline void learn(struct frame *f, __u8 *mac, __u32 ifindex, __b
 		bpf_map_update_elem(&fdb, &key, &fresh, BPF_ANY);
 		fdb_changed();
 	}
-	recent->seen_ns = f->now;
+	recent->seen_jiffies = f->jiffies;
 	recent->vni = f->vni;
 	recent->ifindex = ifindex;
 	recent->remote_ip = remote_ip;
@@ -588,13 +602,13 @@ static __always_inline struct fdb_entry *fdb_find(struct frame *f, __u8 *mac)
 
 	if (!generation)
 		return fdb_lookup(f, mac);
-	if (recent->generation == *generation && (__s64)(f->now - recent->checked_ns) < FDB_REFRESH_NS &&
+	if (recent->generation == *generation && f->jiffies - recent->checked_jiffies < RECENT_JIFFIES &&
 	    recent->vni == f->vni && *(__u32 *)recent->mac == *(__u32 *)mac &&
 	    *(__u16 *)&recent->mac[4] == *(__u16 *)&mac[4])
 		return recent->found ? &recent->entry : NULL;
 	recent->generation = *generation; /* before the lookup: a change meanwhile makes this stale at once */
 	e = fdb_lookup(f, mac);
-	recent->checked_ns = f->now;
+	recent->checked_jiffies = f->jiffies;
 	recent->vni = f->vni;
 	__builtin_memcpy(recent->mac, mac, 6);
 	recent->found = e != NULL;
@@ -852,9 +866,7 @@ int vtep_ingress(struct xdp_md *ctx)
 	f.cpu = bpf_map_lookup_elem(&cpu_state, &zero);
 	if (!f.settings || !f.cpu)
 		return XDP_ABORTED;
-	/* The tick's time (CLOCK_MONOTONIC to within a tick): aging counts seconds, and reading the clock source per
-	 * frame costs more than a hash lookup here. */
-	f.now = bpf_ktime_get_coarse_ns();
+	f.jiffies = bpf_jiffies64();
 
 	switch (port->kind) {
 	case PORT_TUNNEL:

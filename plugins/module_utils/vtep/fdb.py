@@ -51,7 +51,7 @@ def table(
 ) -> dict[int, dict[str, dict]]:
     """Per VNI of `contents` (what the configuration maps hold, writer.read()), its FDB: MAC -> where, sorted by
     MAC. learned: the learned FDB's entries (key and value bytes); now_ns: CLOCK_MONOTONIC, the data plane's
-    clock (bpf_ktime_get_ns), read after them."""
+    clock (bpf_ktime_get_coarse_ns, to within a tick), read after them."""
     entries = contents.entries
     ports = {int.from_bytes(k, "little"): PortConfig.from_buffer_copy(v) for k, v in entries["port_config"].items()}
     members = {(key.vni, key.ifindex) for key in map(PortVniKey.from_buffer_copy, entries["port_vnis"])}
