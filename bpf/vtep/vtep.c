@@ -78,7 +78,7 @@ _Static_assert(__builtin_offsetof(struct outer_hdr, ip.id) == OUTER_IP_ID &&
 #define STAMP_FIRST_PEER OUTER_IP_DADDR   /* u32 */
 #define STAMP_FROM_TUNNEL 0x1             /* decapsulated: never back into a tunnel (split horizon) */
 
-/* header_cache[0], per CPU: the last Outer this CPU built, for one (VNI, Inner length). */
+/* The last Outer a CPU built, for one (VNI, Inner length). */
 struct outer_template {
 	__u32 vni;
 	__u32 inner_len;
@@ -86,6 +86,42 @@ struct outer_template {
 	__u16 pad;
 };
 _Static_assert(__builtin_offsetof(struct outer_template, hdr) % 8 == 0, "template words are aligned");
+
+/* How long a CPU trusts what it remembers of the FDB (recent_source, recent_destination), in jiffies (read for
+ * free per frame, where the clock costs a helper call): 0.1 s at HZ=1000, 1 s at HZ=100. */
+#define RECENT_JIFFIES 100
+
+/* The last source this CPU learned or refreshed: its next frames from the same place within RECENT_JIFFIES need no
+ * FDB lookup (a burst of one sender's frames is the common case). */
+struct recent_source {
+	__u64 seen_jiffies;
+	__u32 vni;
+	__u32 ifindex;
+	__be32 remote_ip;
+	__u8 mac[6];
+	__u16 pad;
+};
+
+/* The last destination this CPU looked up, found or not, with the FDB generation it saw: valid until the FDB
+ * changes (fdb_generation) or RECENT_JIFFIES pass (an entry that expires meanwhile is honoured that much longer). */
+struct recent_destination {
+	__u64 generation;
+	__u64 checked_jiffies;
+	__u32 vni;
+	__u8 mac[6];
+	__u8 found;
+	__u8 pad;
+	struct fdb_entry entry;
+};
+
+/* cpu_state[0], per CPU: what ingress keeps from one frame to the next. */
+struct cpu_state {
+	struct outer_template template;
+	struct recent_source recent;
+	struct recent_destination destination;
+	__u32 seq; /* numbers the flooded frames (odd: never 0) */
+	__u32 pad;
+};
 
 /* Keyed by member: a local port's ifindex, or a peer's member key (peer_member_key in vtep_abi.h). Sizes, not
  * BTF types: libbpf cannot size the union inside struct bpf_devmap_val from BTF. */
@@ -174,6 +210,15 @@ struct {
 	__type(value, struct fdb_entry);
 } fdb_static SEC(".maps");
 
+/* fdb_generation[0]: changes whenever an FDB entry comes, moves or goes (the data plane adds 1; user space, after
+ * writing fdb_static, adds 1 << 32), so that a CPU's recent_destination knows it is stale. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} fdb_generation SEC(".maps");
+
 /* Sized by the document's fdb_size at load (FDB_SIZE_DEFAULT here). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -207,14 +252,16 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct outer_template);
-} header_cache SEC(".maps");
+	__type(value, struct cpu_state);
+} cpu_state SEC(".maps");
 
 /* A frame in ingress, once its VNI is known. */
 struct frame {
 	struct traffic_stats *vni_stats; /* NULL: not counted per VNI */
 	struct vtep_settings *settings;
-	__u64 now;
+	struct cpu_state *cpu;
+	__u64 jiffies;
+	__u64 now; /* CLOCK_MONOTONIC (coarse), read when first needed: clock_now() */
 	__u32 vni;
 	__u32 in_ifindex;
 	__u16 in_slot;
@@ -376,14 +423,11 @@ static __always_inline int has_vid(__u8 *data, __u8 *data_end, int offset, __u16
 
 /* --- The Outer ------------------------------------------------------------------------------------------------ */
 
-static __always_inline struct outer_template *outer_template(__u32 vni, __u32 inner_len)
+static __always_inline struct outer_template *outer_template(struct cpu_state *cpu, __u32 vni, __u32 inner_len)
 {
-	__u32 zero = 0;
-	struct outer_template *t = bpf_map_lookup_elem(&header_cache, &zero);
+	struct outer_template *t = &cpu->template;
 	__u16 *w;
 
-	if (!t)
-		return NULL;
 	if (t->vni == vni && t->inner_len == inner_len)
 		return t;
 	t->vni = vni;
@@ -408,7 +452,7 @@ static __always_inline struct outer_template *outer_template(__u32 vni, __u32 in
 
 /* Put the Outer for a frame of `vni` in front of it: every field but the per-copy ones (MACs, addresses, IP id,
  * checksum: finish_outer). Returns 0, or -1 when the frame has no headroom. */
-static __always_inline int push_outer(struct xdp_md *ctx, __u32 vni)
+static __always_inline int push_outer(struct xdp_md *ctx, struct frame *f)
 {
 	__u8 *data = (void *)(long)ctx->data;
 	__u8 *data_end = (void *)(long)ctx->data_end;
@@ -419,8 +463,8 @@ static __always_inline int push_outer(struct xdp_md *ctx, __u32 vni)
 
 	/* RFC 7348: a source port from the Inner flow, in the dynamic range 49152-65535. */
 	udp_source = bpf_htons(49152 | (inner_flow_hash(data, data_end) & 0x3fff));
-	t = outer_template(vni, inner_len);
-	if (!t || bpf_xdp_adjust_head(ctx, -VXLAN_OVERHEAD))
+	t = outer_template(f->cpu, f->vni, inner_len);
+	if (bpf_xdp_adjust_head(ctx, -VXLAN_OVERHEAD))
 		return -1;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
@@ -456,56 +500,78 @@ static __always_inline void finish_outer(__u8 *data, struct port_config *port, s
 
 /* --- The FDB -------------------------------------------------------------------------------------------------- */
 
+static __always_inline void fdb_changed(void)
+{
+	__u32 zero = 0;
+	__u64 *generation = bpf_map_lookup_elem(&fdb_generation, &zero);
+
+	if (generation)
+		__sync_fetch_and_add(generation, 1);
+}
+
+/* The tick's time (CLOCK_MONOTONIC to within a tick): aging counts seconds, and reading the clock source costs more
+ * than a hash lookup here. */
+static __always_inline __u64 clock_now(struct frame *f)
+{
+	if (!f->now)
+		f->now = bpf_ktime_get_coarse_ns();
+	return f->now;
+}
+
 static __always_inline int expired(struct frame *f, struct fdb_entry *e)
 {
-	return (__s64)(f->now - e->seen_ns) > (__s64)f->settings->aging_ns;
+	return (__s64)(clock_now(f) - e->seen_ns) > (__s64)f->settings->aging_ns;
 }
 
 /* Learn that `mac` of the frame's VNI is behind local port `ifindex` (remote_ip 0), or behind the remote VTEP
  * remote_ip (peer: its tunnel_peers index) through tunnel port `ifindex`. A static entry is never overridden. */
 static __always_inline void learn(struct frame *f, __u8 *mac, __u32 ifindex, __be32 remote_ip, __u32 peer)
 {
+	struct recent_source *recent = &f->cpu->recent;
 	struct fdb_key key = { .vni = f->vni };
 	struct fdb_entry *e, fresh = {};
 
 	if (mac[0] & 1) /* a multicast source is not a station */
 		return;
+	if (f->jiffies - recent->seen_jiffies < RECENT_JIFFIES && recent->vni == f->vni &&
+	    recent->ifindex == ifindex && recent->remote_ip == remote_ip &&
+	    *(__u32 *)recent->mac == *(__u32 *)mac && *(__u16 *)&recent->mac[4] == *(__u16 *)&mac[4])
+		return;
 	__builtin_memcpy(key.mac, mac, 6);
 	e = bpf_map_lookup_elem(&fdb, &key);
 	if (e && e->ifindex == ifindex && e->remote_ip == remote_ip) {
-		if ((__s64)(f->now - e->seen_ns) < FDB_REFRESH_NS)
-			return;
-		if (expired(f, e)) { /* gone and back: as if it had been aged out, then learned */
-			count_fdb(f, FDB_AGED_OUT);
-			count_fdb(f, FDB_LEARNED);
-		}
-		e->seen_ns = f->now;
-		e->peer = peer;
-		return;
-	}
-	if (e) {
-		count_fdb(f, FDB_MOVED);
-	} else {
-		if (f->settings->static_entries) {
-			e = bpf_map_lookup_elem(&fdb_static, &key);
-			if (e) {
-				if (e->ifindex != ifindex || e->remote_ip != remote_ip)
-					count_fdb(f, FDB_STATIC_CONFLICT);
-				return;
+		if ((__s64)(clock_now(f) - e->seen_ns) >= FDB_REFRESH_NS) {
+			if (expired(f, e)) { /* gone and back: as if it had been aged out, then learned */
+				count_fdb(f, FDB_AGED_OUT);
+				count_fdb(f, FDB_LEARNED);
 			}
+			e->seen_ns = clock_now(f);
+			e->peer = peer;
 		}
-		count_fdb(f, FDB_LEARNED);
+	} else if (!e && f->settings->static_entries && (e = bpf_map_lookup_elem(&fdb_static, &key))) {
+		if (e->ifindex != ifindex || e->remote_ip != remote_ip) {
+			count_fdb(f, FDB_STATIC_CONFLICT); /* every such frame, so not remembered as recent */
+			return;
+		}
+	} else {
+		count_fdb(f, e ? FDB_MOVED : FDB_LEARNED);
+		fresh.seen_ns = clock_now(f);
+		fresh.ifindex = ifindex;
+		fresh.remote_ip = remote_ip;
+		fresh.peer = peer;
+		fresh.vid = f->vid;
+		bpf_map_update_elem(&fdb, &key, &fresh, BPF_ANY);
+		fdb_changed();
 	}
-	fresh.seen_ns = f->now;
-	fresh.ifindex = ifindex;
-	fresh.remote_ip = remote_ip;
-	fresh.peer = peer;
-	fresh.vid = f->vid;
-	bpf_map_update_elem(&fdb, &key, &fresh, BPF_ANY);
+	recent->seen_jiffies = f->jiffies;
+	recent->vni = f->vni;
+	recent->ifindex = ifindex;
+	recent->remote_ip = remote_ip;
+	__builtin_memcpy(recent->mac, mac, 6);
 }
 
 /* Where a unicast MAC of the frame's VNI is: a static entry, else a learned one that has not aged out. */
-static __always_inline struct fdb_entry *fdb_find(struct frame *f, __u8 *mac)
+static __always_inline struct fdb_entry *fdb_lookup(struct frame *f, __u8 *mac)
 {
 	struct fdb_key key = { .vni = f->vni };
 	struct fdb_entry *e;
@@ -519,9 +585,35 @@ static __always_inline struct fdb_entry *fdb_find(struct frame *f, __u8 *mac)
 	e = bpf_map_lookup_elem(&fdb, &key);
 	if (e && expired(f, e)) {
 		bpf_map_delete_elem(&fdb, &key);
+		fdb_changed();
 		count_fdb(f, FDB_AGED_OUT);
 		return NULL;
 	}
+	return e;
+}
+
+/* fdb_lookup(), through this CPU's recent destination: a burst to one MAC (or to one unknown MAC) costs one lookup. */
+static __always_inline struct fdb_entry *fdb_find(struct frame *f, __u8 *mac)
+{
+	struct recent_destination *recent = &f->cpu->destination;
+	__u32 zero = 0;
+	__u64 *generation = bpf_map_lookup_elem(&fdb_generation, &zero);
+	struct fdb_entry *e;
+
+	if (!generation)
+		return fdb_lookup(f, mac);
+	if (recent->generation == *generation && f->jiffies - recent->checked_jiffies < RECENT_JIFFIES &&
+	    recent->vni == f->vni && *(__u32 *)recent->mac == *(__u32 *)mac &&
+	    *(__u16 *)&recent->mac[4] == *(__u16 *)&mac[4])
+		return recent->found ? &recent->entry : NULL;
+	recent->generation = *generation; /* before the lookup: a change meanwhile makes this stale at once */
+	e = fdb_lookup(f, mac);
+	recent->checked_jiffies = f->jiffies;
+	recent->vni = f->vni;
+	__builtin_memcpy(recent->mac, mac, 6);
+	recent->found = e != NULL;
+	if (e)
+		recent->entry = *e;
 	return e;
 }
 
@@ -584,7 +676,7 @@ static __always_inline int send_remote(struct xdp_md *ctx, struct frame *f, stru
 	data_end = (void *)(long)ctx->data_end;
 	if (data_end - data + VXLAN_OVERHEAD - (int)sizeof(struct ethhdr) > port->mtu)
 		return drop(port->slot, f->vni_stats, DROP_MTU);
-	if (push_outer(ctx, f->vni))
+	if (push_outer(ctx, f))
 		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
@@ -614,7 +706,8 @@ static __always_inline void stamp(__u8 *data, struct frame *f, __u16 flags)
 
 	if (!(flags & STAMP_FROM_TUNNEL))
 		row = bpf_map_lookup_elem(&vni_tunnels, &slot);
-	*(__u32 *)(data + STAMP_SEQ) = (__u32)f->now | 1;
+	f->cpu->seq += 2;
+	*(__u32 *)(data + STAMP_SEQ) = f->cpu->seq | 1;
 	*(__u16 *)(data + STAMP_VNI_SLOT) = f->vni_slot;
 	*(__u16 *)(data + STAMP_FLAGS) = flags;
 	if (row && row->vni == f->vni) {
@@ -634,7 +727,7 @@ static __always_inline int flood_local(struct xdp_md *ctx, struct frame *f)
 
 	if (!group)
 		return drop(f->in_slot, f->vni_stats, DROP_NO_GROUP);
-	if (push_outer(ctx, f->vni))
+	if (push_outer(ctx, f))
 		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
@@ -770,9 +863,10 @@ int vtep_ingress(struct xdp_md *ctx)
 	f.in_slot = port->slot;
 	count_rx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
 	f.settings = bpf_map_lookup_elem(&settings, &zero);
-	if (!f.settings)
+	f.cpu = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (!f.settings || !f.cpu)
 		return XDP_ABORTED;
-	f.now = bpf_ktime_get_ns();
+	f.jiffies = bpf_jiffies64();
 
 	switch (port->kind) {
 	case PORT_TUNNEL:

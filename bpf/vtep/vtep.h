@@ -91,7 +91,7 @@ struct fdb_key {
 };
 
 struct fdb_entry {
-	__u64 seen_ns;   /* learned: bpf_ktime_get_ns() of the last frame from the MAC (refreshed every FDB_REFRESH_NS) */
+	__u64 seen_ns;   /* learned: CLOCK_MONOTONIC (coarse) of the last frame from the MAC, refreshed every FDB_REFRESH_NS */
 	__u32 ifindex;   /* the local port, or the tunnel port towards the remote VTEP */
 	__be32 remote_ip; /* the remote VTEP; 0: the MAC is behind the local port */
 	__u32 peer;      /* remote: that VTEP's tunnel_peers index for the VNI */

@@ -13,25 +13,35 @@ description:
   - Deploys the XDP VTEP of C(bpf/vtep) on a host and programs its configuration into BPF maps. Access ports
     carry one VNI each. VLAN trunks map (port, VID) to a VNI. Tunnel ports carry VXLAN to the remote VTEPs of
     each VNI.
-  - BUM frames are replicated with devmap broadcast. A devmap egress program rewrites each copy. Tunnel copies
-    get their Outer Ethernet/IPv4/UDP/VXLAN headers, with each peer's next-hop MAC and IP. Many peers may sit
-    behind one tunnel port.
+  - The VTEP learns MAC addresses per VNI (RFC 7348, section 4.1). A frame from a local port teaches that its source
+    MAC is behind that port (on a trunk, with the frame's VID). A decapsulated frame teaches that its inner source MAC
+    is behind the remote VTEP it came from.
+  - "Known unicast: a frame to a known MAC goes to exactly one place, out of that local port or encapsulated to that
+    one remote VTEP, with one redirect. Broadcast, multicast and unknown unicast frames are flooded to every member
+    of the VNI with devmap broadcast, and a devmap egress program finishes each copy; many peers may sit behind one
+    tunnel port. Each peer gets its own unicast copy (head-end replication), where RFC 7348 (section 4.2) sends one
+    copy to a multicast group; the underlay needs no multicast."
+  - A learned MAC ages out after C(fdb_aging) seconds without a frame from it (300 by default). The learned table
+    holds C(fdb_size) MACs of all VNIs together (65536 by default); the least recently seen make room. A MAC seen at
+    another place is learned there and counted as C(moved).
+  - Static entries (C(fdb) of a VNI) put a MAC behind a local port or a remote VTEP of the VNI. They never age, and
+    learning never overrides them; a frame from that MAC elsewhere is counted as C(static_conflict) and not learned.
   - VXLAN is accepted on a tunnel port only for the VNIs that port serves, and only from configured peers of that
     VNI. Decapsulated frames go only to local members (split horizon).
+  - "C(vlan_mode=translate) (the default, as RFC 7348 section 6.1 advises): a trunk's tag selects the VNI and is
+    removed, the tunnelled frame carries no tag, and a frame leaving through a trunk gets that trunk's VID for its
+    VNI. So a VNI may mix access ports and trunks, and trunks may carry one VNI on different VIDs. An access port
+    carries frames as they are, tags included: a tagged frame from an access port leaves a trunk with the trunk's
+    VID outside its own tags."
+  - "C(vlan_mode=preserve), for the VTEP or per VNI, keeps the tag inside the tunnelled frame. A copy leaves through
+    a trunk only when it carries that trunk's VID for the VNI (else it is counted as C(vid_mismatch)), and through
+    an access port as it came. So all trunks of such a VNI use the same VID, the VNI has either access ports or
+    trunks on a host, not both, and its tunnel ports' MTU must hold the 4-byte tag as well."
   - The document is validated before anything changes, by a JSON Schema and by the rules a schema cannot
     express. Every error names the field and the rule.
   - "Apply compiles the document into map contents and reads the pinned maps. It writes only the difference,
     adding members before removing others, so a VID-to-VNI change needs no reload. It reports C(changed=false)
     when nothing differs, and the diff in words (C(+VNI 100: access port acc100))."
-  - The VTEP learns no MAC addresses, so every frame of a VNI, unicast too, is flooded to all its members; a
-    learning VTEP (RFC 7348, section 4.1) floods only broadcast, unknown unicast and multicast frames. Each peer
-    gets its own unicast copy (head-end replication), where RFC 7348 (section 4.2) sends one copy to a multicast
-    group; the underlay needs no multicast.
-  - VLAN tags are neither added, removed nor translated. A frame from a trunk keeps its 802.1Q tag inside the
-    VXLAN packet; a copy leaves through a trunk only when it carries that trunk's VID for the VNI (else it is
-    counted as C(vid_mismatch)), and through an access port as it came. So all trunk ports of one VNI use the same
-    VID, and a VNI has either access ports or trunks on a host, not both. RFC 7348 (section 6.1) asks a VTEP to
-    strip the tag unless configured otherwise; this VTEP keeps it.
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
 author:
@@ -54,6 +64,11 @@ options:
       - The VTEP document. It has C(tunnel_ports), a list of C(port) and C(local_ip). It has C(vnis), a list of
         C(vni), C(access_ports), C(trunks) (each a C(port) and a C(vid)) and C(peers) (each an C(ip), a C(via)
         tunnel port, and optionally the next-hop C(mac); without it the host's neighbour table is asked).
+      - A VNI may also have C(fdb), its static entries, each a C(mac) and either a C(port) (an access port or trunk
+        of the VNI) or a C(remote) (the C(ip) of one of its peers), and C(vlan_mode), which overrides the VTEP's.
+      - "Optional VTEP-wide keys: C(vlan_mode) (C(translate), the default, or C(preserve)), C(fdb_aging) (seconds a
+        learned MAC lives without a frame from it, 1 to 1000000, default 300) and C(fdb_size) (learned MACs of all
+        VNIs together, 16 to 1048576, default 65536)."
       - Required with I(state=present).
     type: dict
   mode:
@@ -82,7 +97,9 @@ attributes:
     support: full
     description:
       - "The configuration in words, before and after, per VNI: an access port added shows as C(+VNI 100: access
-        port acc100), a peer removed as C(-VNI 200: peer 198.51.100.130 via uplink0) followed by its next-hop MAC.
+        port acc100), a peer removed as C(-VNI 200: peer 198.51.100.130 via uplink0) followed by its next-hop MAC,
+        a static entry as C(+VNI 100: static MAC 02:00:00:00:64:01 on acc100) or C(... at remote 198.51.100.130),
+        a VNI in preserve mode as C(+VNI 200: vlan_mode preserve), and the aging time as C(+VTEP: fdb_aging 300 s).
         Then per port the ingress program before and after."
 seealso:
   - module: xdpfleet.fabric.xdp_program
@@ -104,6 +121,27 @@ EXAMPLES = r"""
           trunks: [{port: trunk0, vid: 20}]
           peers:
             - {ip: 198.51.100.130, via: uplink0, mac: "02:00:00:00:01:30"}
+
+- name: Configure the VTEP with static MACs, a short aging time, and seed 000's VLAN handling for VNI 200
+  xdpfleet.fabric.vtep:
+    config:
+      fdb_aging: 60
+      tunnel_ports:
+        - {port: uplink0, local_ip: 198.51.100.129}
+      vnis:
+        - vni: 100
+          access_ports: [acc100]
+          trunks: [{port: trunk0, vid: 10}]
+          peers:
+            - {ip: 198.51.100.130, via: uplink0}
+          fdb:
+            - {mac: "02:00:00:00:64:01", port: acc100}
+            - {mac: "02:00:00:00:64:02", remote: 198.51.100.130}
+        - vni: 200
+          vlan_mode: preserve
+          trunks: [{port: trunk0, vid: 20}]
+          peers:
+            - {ip: 198.51.100.130, via: uplink0}
 
 - name: Remove it
   xdpfleet.fabric.vtep:
@@ -136,13 +174,34 @@ problems:
   type: list
   elements: str
 ansible_facts:
-  description: C(xdpfleet_vtep) holds the counters. There is one entry per VNI and one per port, each with
-    rx/tx packets and bytes and drops by reason.
+  description:
+    - C(xdpfleet_vtep) holds the counters and the FDB. There is one entry per VNI and one per port, each with
+      rx/tx packets and bytes and drops by reason (non-zero only).
+    - Each VNI also has C(fdb_events), its forwarding counters (C(learned), C(moved), C(aged_out),
+      C(static_conflict), C(known_unicast), C(flooded)), and C(fdb), its table by MAC. An entry has C(type)
+      (C(static) or C(learned)) and C(port), the local port the MAC is behind or, with C(remote) (the remote VTEP's
+      address), the tunnel port towards it. On a trunk it has the C(vid). A learned entry has its C(age), in whole
+      seconds since the last frame from the MAC.
+    - The table shows what the data plane uses now. Learned entries older than C(fdb_aging), learned MACs that have a
+      static entry, and entries whose port or peer the configuration no longer has are left out.
   returned: state=present
   type: dict
   sample:
     xdpfleet_vtep:
-      vnis: {"100": {rx_packets: 10, rx_bytes: 980, tx_packets: 30, tx_bytes: 3440, drops: {}}}
+      vnis:
+        "100":
+          rx_packets: 10
+          rx_bytes: 980
+          tx_packets: 30
+          tx_bytes: 3440
+          drops: {}
+          fdb_events: {learned: 2, moved: 0, aged_out: 0, static_conflict: 0, known_unicast: 6, flooded: 4}
+          fdb:
+            "02:00:00:00:64:01": {type: static, port: acc100}
+            "02:00:00:00:64:02": {type: static, port: uplink0, remote: 198.51.100.130}
+            "02:00:00:00:64:05": {type: learned, port: acc100, age: 12}
+            "02:00:00:00:64:06": {type: learned, port: trunk0, vid: 10, age: 3}
+            "02:00:00:00:64:07": {type: learned, port: uplink0, remote: 198.51.100.130, age: 0}
       ports: {uplink0: {rx_packets: 0, rx_bytes: 0, tx_packets: 20, tx_bytes: 2960, drops: {}}}
 """
 

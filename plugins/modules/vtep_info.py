@@ -7,14 +7,18 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: vtep_info
-short_description: Read the counters of a deployed XDP VTEP
+short_description: Read the counters and the FDB of a deployed XDP VTEP
 version_added: "0.1.0"
 description:
-  - Reads the counters of a VTEP that M(xdpfleet.fabric.vtep) deployed, from its pinned maps alone. It needs no
-    configuration document, compiles nothing and loads no program, so it is cheap enough for a health check after
-    every rollout batch.
-  - The counters are the ones M(xdpfleet.fabric.vtep) returns. There is one entry per VNI and one per port, each
-    with rx/tx packets and bytes and drops by reason.
+  - Reads the counters and the forwarding database (FDB) of a VTEP that M(xdpfleet.fabric.vtep) deployed, from its
+    pinned maps alone. It needs no configuration document, compiles nothing and loads no program, so it is cheap
+    enough for a health check after every rollout batch.
+  - The facts are the ones M(xdpfleet.fabric.vtep) returns. There is one entry per VNI and one per port, each with
+    rx/tx packets and bytes and drops by reason. Each VNI also has its forwarding counters and its FDB table.
+  - "Each VNI's table maps a MAC to where frames for it go: C(type) (C(static), from the document, or C(learned)),
+    C(port) (the local port, or with C(remote) the tunnel port towards that remote VTEP), the C(vid) on a trunk,
+    and a learned entry's C(age) in seconds. Learned entries older than the VTEP's aging time are gone for the data
+    plane and not shown."
   - Each map's layout is checked against the pinned map's BTF first. A VTEP deployed by another version of the
     collection is refused, never misread.
   - Read-only. It never changes the host.
@@ -46,6 +50,11 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ ansible_facts.xdpfleet_vtep.vnis['100'] }}"
   when: vtep.present
+
+- name: Show where VNI 100 sends frames for 02:00:00:00:64:05, when it knows
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.xdpfleet_vtep.vnis['100'].fdb['02:00:00:00:64:05'] | default('unknown: flooded') }}"
+  when: vtep.present
 """
 
 RETURN = r"""
@@ -54,12 +63,26 @@ present:
   returned: always
   type: bool
 ansible_facts:
-  description: C(xdpfleet_vtep) holds the counters, as M(xdpfleet.fabric.vtep) returns them.
+  description:
+    - C(xdpfleet_vtep) holds the counters and the FDB, as M(xdpfleet.fabric.vtep) returns them.
+    - Per VNI, C(fdb_events) counts C(learned), C(moved), C(aged_out), C(static_conflict), C(known_unicast) and
+      C(flooded) frames, and C(fdb) is the table by MAC.
   returned: always
   type: dict
   sample:
     xdpfleet_vtep:
-      vnis: {"100": {rx_packets: 10, rx_bytes: 980, tx_packets: 30, tx_bytes: 3440, drops: {}}}
+      vnis:
+        "100":
+          rx_packets: 10
+          rx_bytes: 980
+          tx_packets: 30
+          tx_bytes: 3440
+          drops: {}
+          fdb_events: {learned: 2, moved: 0, aged_out: 0, static_conflict: 0, known_unicast: 6, flooded: 4}
+          fdb:
+            "02:00:00:00:64:01": {type: static, port: acc100}
+            "02:00:00:00:64:05": {type: learned, port: trunk0, vid: 10, age: 12}
+            "02:00:00:00:64:07": {type: learned, port: uplink0, remote: 198.51.100.130, age: 0}
       ports: {uplink0: {rx_packets: 0, rx_bytes: 0, tx_packets: 20, tx_bytes: 2960, drops: {vid_mismatch: 2}}}
 """
 

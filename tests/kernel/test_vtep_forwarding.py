@@ -84,6 +84,9 @@ def fresh(vtep):
     learned = vtep.maps[layouts.LEARNED_FDB]
     for key in list(learned.keys()):
         learned.delete(key)
+    generation = vtep.maps[layouts.FDB_GENERATION]  # what the CPUs looked up recently is stale
+    now = int.from_bytes(generation.lookup(bytes(4)), "little")
+    generation.update(bytes(4), (now + layouts.USER_FDB_GENERATION_STEP).to_bytes(8, "little"))
     vtep.drain_all()
     return vtep
 
@@ -214,6 +217,19 @@ def test_static_entries_forward_and_are_never_overridden(fresh):
     received = seen(fresh)
     assert only(received) == {"a2": 1, "ul": 1}  # VNI 100's entry holds; VNI 200 floods to its one peer
     assert Ether(received["ul"][0])[VXLAN].vni == 200
+
+
+def test_a_new_static_entry_applies_at_once(fresh):
+    """A CPU remembers its last lookup (found or not); writing fdb_static makes that stale at once."""
+    late = "02:00:00:00:5a:77"
+    for _ in range(2):
+        fresh.taps["a1"].send(frame("unknown yet", STATION["one"], dst=late))
+    assert only(seen(fresh)) == {"a2": 2, "tr": 2, "tr2": 2, "ul": 2 * len(PEERS)}
+    vni100, vni200 = config().vnis
+    pinned = Vni(100, vni100.access_ports, vni100.trunks, vni100.peers, fdb=(*vni100.fdb, FdbEntry(late, "tr", None)))
+    fresh.configure(VtepConfig(config().tunnel_ports, (pinned, vni200)))
+    fresh.taps["a1"].send(frame("pinned now", STATION["one"], dst=late))
+    assert only(seen(fresh)) == {"tr": 1}
 
 
 def test_the_learned_table_is_bounded(fresh):

@@ -1,7 +1,8 @@
 """Unit tests of the VTEP configuration document: schema, the rules a schema cannot express, and the model.
 
-The valid document is VTEP A of seed 000's lab, with the seed's one-kind-per-VNI rule respected: the access ports
-are in VNIs 100 and 200, and the trunk carries VID 10 -> VNI 110 and VID 20 -> VNI 210. Nothing here needs a kernel.
+The valid document is VTEP A of seed 000's lab, written so that it is valid in both VLAN modes (vlan_mode preserve's
+one-kind-per-VNI rule respected): the access ports are in VNIs 100 and 200, and the trunk carries VID 10 -> VNI 110
+and VID 20 -> VNI 210. Nothing here needs a kernel.
 """
 
 import copy
@@ -21,6 +22,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     AccessPort,
     ConfigError,
+    FdbEntry,
     InterfaceFacts,
     Peer,
     TrunkBinding,
@@ -383,19 +385,34 @@ INVALID = [
         "tun-b is a tunnel port (tunnel_ports[1].port) and cannot also be an access port; "
         "a tunnel port carries VXLAN only",
     ),
+    # vlan_mode preserve's own rules (the tag travels inside the tunnelled frame), set for the VTEP or for the VNI.
     (
-        "mixed-kinds-in-a-vni",
-        _set(["vnis", 1, "trunks"], [{"port": "trunk1", "vid": 30}]),
+        "preserve-mixed-kinds-in-a-vni",
+        _both(_set(["vlan_mode"], "preserve"), _set(["vnis", 1, "trunks"], [{"port": "trunk1", "vid": 30}])),
         "vnis[1]",
         "VNI 100 mixes fixed-VNI access ports (acclocal, acc100) and VLAN-aware trunk ports (trunk1); "
-        "a VNI has one kind of local port",
+        "in vlan_mode preserve a VNI has one kind of local port",
     ),
     (
-        "different-vids-in-a-vni",
-        _append(["vnis", 3, "trunks"], {"port": "trunk1", "vid": 11}),
+        "preserve-vni-mixed-kinds",
+        _both(_set(["vnis", 1, "vlan_mode"], "preserve"), _set(["vnis", 1, "trunks"], [{"port": "trunk1", "vid": 30}])),
+        "vnis[1]",
+        "in vlan_mode preserve a VNI has one kind of local port",
+    ),
+    (
+        "preserve-different-vids-in-a-vni",
+        _both(_set(["vlan_mode"], "preserve"), _append(["vnis", 3, "trunks"], {"port": "trunk1", "vid": 11})),
         "vnis[3].trunks[1].vid",
         "VNI 110 uses VID 11 on trunk1 but VID 10 on trunk0 (vnis[3].trunks[0]); "
-        "all trunk bindings of a VNI use the same VID (VIDs are not translated)",
+        "in vlan_mode preserve all trunk bindings of a VNI use the same VID",
+    ),
+    (
+        "preserve-vni-different-vids",
+        _both(
+            _set(["vnis", 3, "vlan_mode"], "preserve"), _append(["vnis", 3, "trunks"], {"port": "trunk1", "vid": 11})
+        ),
+        "vnis[3].trunks[1].vid",
+        "in vlan_mode preserve all trunk bindings of a VNI use the same VID",
     ),
     (
         "trunk-in-a-vni-with-two-vids",
@@ -477,11 +494,17 @@ INVALID = [
         "interface acc200 has ifindex 16384, above the data plane's limit of 16383 (VTEP_MAX_IFINDEX)",
     ),
     (
-        "mtu-trunk-vni",
-        _mtu("tun-b", 1500),
+        "mtu-preserve-trunk-vni",
+        _both(_set(["vlan_mode"], "preserve"), _mtu("tun-b", 1500)),
         "tunnel_ports[1].port",
         "tun-b has MTU 1500, below 1554 needed for VNI 110 (inner MTU 1500 of trunk0 + 50 VXLAN + 4 VLAN tag); "
         "also too small for VNI 100, 200, 210",
+    ),
+    (
+        "mtu-preserve-vni-tag",
+        _both(_mtu("tun-b", 1553), _set(["vnis", 3, "vlan_mode"], "preserve")),
+        "tunnel_ports[1].port",
+        "tun-b has MTU 1553, below 1554 needed for VNI 110 (inner MTU 1500 of trunk0 + 50 VXLAN + 4 VLAN tag)",
     ),
     (
         "mtu-access-vni",
@@ -501,6 +524,110 @@ INVALID = [
         "vnis[4]",
         "VNI 300 has no members (no access ports, trunks or peers)",
     ),
+    # VLAN mode and the FDB's settings: the schema.
+    ("vlan-mode-unknown", _set(["vlan_mode"], "strip"), "vlan_mode", '"strip" is not one of translate, preserve'),
+    (
+        "vni-vlan-mode-unknown",
+        _set(["vnis", 2, "vlan_mode"], "Preserve"),
+        "vnis[2].vlan_mode",
+        '"Preserve" is not one of translate, preserve',
+    ),
+    ("fdb-aging-zero", _set(["fdb_aging"], 0), "fdb_aging", "0 is below the minimum 1 (seconds a learned MAC stays"),
+    ("fdb-aging-too-long", _set(["fdb_aging"], 1000001), "fdb_aging", "1000001 is above the maximum 1000000"),
+    ("fdb-aging-float", _set(["fdb_aging"], 2.5), "fdb_aging", "must be an integer (FDB aging time"),
+    (
+        "fdb-size-too-small",
+        _set(["fdb_size"], 15),
+        "fdb_size",
+        "15 is below the minimum 16 (learned MACs of all VNIs together, 16..1048576; "
+        "the least recently seen make room)",
+    ),
+    ("fdb-size-too-big", _set(["fdb_size"], 1048577), "fdb_size", "1048577 is above the maximum 1048576"),
+    (
+        "fdb-entry-unknown-key",
+        _set(["vnis", 0, "fdb"], [{"mac": "02:00:00:00:64:01", "port": "acc200", "vid": 3}]),
+        "vnis[0].fdb[0]",
+        "unknown key 'vid' (allowed: mac, port, remote)",
+    ),
+    (
+        "fdb-entry-without-mac",
+        _set(["vnis", 0, "fdb"], [{"port": "acc200"}]),
+        "vnis[0].fdb[0]",
+        "missing required key 'mac'",
+    ),
+    (
+        "fdb-entry-bad-mac",
+        _set(["vnis", 0, "fdb"], [{"mac": "02:00:00:00:64", "port": "acc200"}]),
+        "vnis[0].fdb[0].mac",
+        '"02:00:00:00:64" is not a valid MAC address',
+    ),
+    # Static FDB entries: the rules a schema cannot express.
+    (
+        "fdb-multicast-mac",
+        _set(["vnis", 0, "fdb"], [{"mac": "01:00:5E:00:00:01", "port": "acc200"}]),
+        "vnis[0].fdb[0].mac",
+        "01:00:5e:00:00:01 is a multicast MAC address; a static FDB entry is for a unicast MAC",
+    ),
+    (
+        "fdb-broadcast-mac",
+        _set(["vnis", 0, "fdb"], [{"mac": "ff:ff:ff:ff:ff:ff", "remote": "198.51.100.2"}]),
+        "vnis[0].fdb[0].mac",
+        "ff:ff:ff:ff:ff:ff is a multicast MAC address",
+    ),
+    (
+        "fdb-zero-mac",
+        _set(["vnis", 0, "fdb"], [{"mac": "00:00:00:00:00:00", "port": "acc200"}]),
+        "vnis[0].fdb[0].mac",
+        "00:00:00:00:00:00 is the all-zero MAC address; a static FDB entry is for a unicast MAC",
+    ),
+    (
+        "fdb-mac-twice",
+        _set(
+            ["vnis", 0, "fdb"],
+            [{"mac": "02:00:00:00:64:01", "port": "acc200"}, {"mac": "02:00:00:00:64:01", "remote": "198.51.100.2"}],
+        ),
+        "vnis[0].fdb[1].mac",
+        "02:00:00:00:64:01 is listed twice in VNI 200 (also vnis[0].fdb[0]); a MAC is at one place",
+    ),
+    (
+        "fdb-mac-twice-in-other-case",
+        _set(
+            ["vnis", 0, "fdb"],
+            [{"mac": "02:00:00:00:64:0a", "port": "acc200"}, {"mac": "02:00:00:00:64:0A", "port": "acc200"}],
+        ),
+        "vnis[0].fdb[1].mac",
+        "02:00:00:00:64:0a is listed twice in VNI 200 (also vnis[0].fdb[0])",
+    ),
+    (
+        "fdb-port-of-another-vni",
+        _set(["vnis", 0, "fdb"], [{"mac": "02:00:00:00:64:01", "port": "acc100"}]),
+        "vnis[0].fdb[0].port",
+        "acc100 is not a local port of VNI 200 (its access ports and trunks: acc200)",
+    ),
+    (
+        "fdb-port-is-a-tunnel",
+        _set(["vnis", 2, "fdb"], [{"mac": "02:00:00:00:64:01", "port": "tun-b"}]),
+        "vnis[2].fdb[0].port",
+        "tun-b is not a local port of VNI 210 (its access ports and trunks: trunk0)",
+    ),
+    (
+        "fdb-remote-not-a-peer",
+        _set(["vnis", 2, "fdb"], [{"mac": "02:00:00:00:64:01", "remote": "198.51.100.6"}]),
+        "vnis[2].fdb[0].remote",
+        "198.51.100.6 is not a peer of VNI 210 (its peers: 198.51.100.2)",
+    ),
+    (
+        "fdb-neither-port-nor-remote",
+        _set(["vnis", 0, "fdb"], [{"mac": "02:00:00:00:64:01"}]),
+        "vnis[0].fdb[0]",
+        "give either port (a local port of the VNI) or remote (a peer of the VNI)",
+    ),
+    (
+        "fdb-both-port-and-remote",
+        _set(["vnis", 0, "fdb"], [{"mac": "02:00:00:00:64:01", "port": "acc200", "remote": "198.51.100.2"}]),
+        "vnis[0].fdb[0]",
+        "give either port (a local port of the VNI) or remote (a peer of the VNI)",
+    ),
 ]
 
 
@@ -513,6 +640,109 @@ def test_invalid_document_names_the_field_and_the_rule(mutate, path, words):
     (problem,) = problems
     assert problem.startswith(f"{path}: "), problem
     assert words in problem, problem
+
+
+# --- VLAN modes: what translate (the default) accepts that preserve refuses -------------------------------------
+
+
+def _mixed_and_two_vids(doc: dict) -> None:
+    """VNI 100 gets a trunk beside its access ports, and VNI 110 a second trunk with another VID."""
+    doc["vnis"][1]["trunks"] = [{"port": "trunk1", "vid": 30}]
+    doc["vnis"][3]["trunks"].append({"port": "trunk1", "vid": 11})
+
+
+@pytest.mark.parametrize("mode", [None, "translate"])
+def test_translate_mode_mixes_access_ports_and_trunks_and_maps_each_trunks_vid(mode):
+    doc = document()
+    if mode:
+        doc["vlan_mode"] = mode
+    _mixed_and_two_vids(doc)
+    by_vni = {v.vni: v for v in vc.validate(doc, host()).vnis}
+    assert {v.vlan_mode for v in by_vni.values()} == {"translate"}
+    assert [t.port for t in by_vni[100].trunks] == ["trunk1"] and len(by_vni[100].access_ports) == 2
+    assert [(t.port, t.vid) for t in by_vni[110].trunks] == [("trunk0", 10), ("trunk1", 11)]
+
+
+def test_a_vnis_vlan_mode_overrides_the_vteps():
+    doc = document()
+    doc["vlan_mode"] = "preserve"
+    _mixed_and_two_vids(doc)
+    doc["vnis"][1]["vlan_mode"] = doc["vnis"][3]["vlan_mode"] = "translate"  # the two VNIs that need it
+    by_vni = {v.vni: v.vlan_mode for v in vc.validate(doc, host()).vnis}
+    assert by_vni == {100: "translate", 110: "translate", 200: "preserve", 210: "preserve"}
+    # and the other way round: a preserve VNI in a translate VTEP keeps preserve's rules
+    doc = document()
+    _mixed_and_two_vids(doc)
+    doc["vnis"][3]["vlan_mode"] = "preserve"
+    assert [p.split(": ", 1)[0] for p in problems_of(doc)] == ["vnis[3].trunks[1].vid"]
+
+
+def test_only_preserve_mode_needs_room_for_the_tag_in_the_tunnel():
+    ifs = host()
+    ifs["tun-b"] = InterfaceFacts(ifs["tun-b"].ifindex, 1550, ifs["tun-b"].mac)  # 1500 + 50: no room for a tag
+    assert vc.validate(document(), ifs).vnis  # translate: the trunks' VNIs carry no tag through the tunnel
+    doc = document()
+    doc["vnis"][2]["vlan_mode"] = "preserve"
+    (problem,) = problems_of(doc, ifs)
+    assert problem == (
+        "tunnel_ports[1].port: tun-b has MTU 1550, below 1554 needed for VNI 210 "
+        "(inner MTU 1500 of trunk0 + 50 VXLAN + 4 VLAN tag)"
+    )
+
+
+# --- The FDB: static entries and the learned table's settings ----------------------------------------------------
+
+
+def test_fdb_settings_default_and_are_kept():
+    config = vc.validate(document(), host())
+    assert (config.fdb_aging, config.fdb_size) == (300, 65536)  # FDB_AGING_DEFAULT, FDB_SIZE_DEFAULT
+    doc = document()
+    doc.update(fdb_aging=5, fdb_size=16)
+    config = vc.validate(doc, host())
+    assert (config.fdb_aging, config.fdb_size) == (5, 16)
+    doc.update(fdb_aging=1000000, fdb_size=1048576)  # the largest
+    config = vc.validate(doc, host())
+    assert (config.fdb_aging, config.fdb_size) == (1000000, 1048576)
+
+
+def test_static_fdb_entries_in_the_model():
+    doc = document()
+    doc["vnis"][2]["fdb"] = [
+        {"mac": "02:00:00:00:D2:02", "remote": "198.51.100.2"},
+        {"mac": "02:00:00:00:d2:01", "port": "trunk0"},
+    ]
+    doc["vnis"][0]["fdb"] = [{"mac": "02:00:00:00:d2:01", "port": "acc200"}]  # the same MAC in another VNI
+    by_vni = {v.vni: v for v in vc.validate(doc, host()).vnis}
+    assert by_vni[210].fdb == (
+        FdbEntry("02:00:00:00:d2:01", "trunk0", None),
+        FdbEntry("02:00:00:00:d2:02", None, "198.51.100.2"),
+    )  # by MAC, lowercase
+    assert [(f.path, f.where) for f in by_vni[210].fdb] == [
+        ("vnis[2].fdb[1]", "trunk0"),
+        ("vnis[2].fdb[0]", "remote 198.51.100.2"),
+    ]
+    assert by_vni[200].fdb == (FdbEntry("02:00:00:00:d2:01", "acc200", None),)
+    assert by_vni[100].fdb == ()
+
+
+def _static_entries(doc: dict, count: int) -> None:
+    """count static entries, split over VNI 200 and VNI 100 (the limit is for all VNIs together)."""
+
+    def entries(n: int, port: str) -> list[dict]:
+        return [{"mac": f"02:00:00:{i >> 16:02x}:{i >> 8 & 255:02x}:{i & 255:02x}", "port": port} for i in range(n)]
+
+    doc["vnis"][0]["fdb"] = entries(count // 2, "acc200")
+    doc["vnis"][1]["fdb"] = entries(count - count // 2, "acc100")
+
+
+def test_static_fdb_entries_up_to_the_data_planes_limit():
+    doc = document()
+    _static_entries(doc, vc.VTEP_MAX_STATIC_FDB)
+    assert sum(len(v.fdb) for v in vc.validate(doc, host()).vnis) == vc.VTEP_MAX_STATIC_FDB
+    _static_entries(doc, vc.VTEP_MAX_STATIC_FDB + 1)
+    assert problems_of(doc) == [
+        "document: has 16385 static FDB entries, above the data plane's limit of 16384 (VTEP_MAX_STATIC_FDB)"
+    ]
 
 
 def test_there_are_enough_invalid_cases():
@@ -543,7 +773,9 @@ def test_every_schema_problem_is_reported():
 def test_every_semantic_problem_is_reported():
     doc = document()
     ifs = host()
+    doc["vlan_mode"] = "preserve"  # its rules: one kind of local port and one VID per VNI
     doc["vnis"][1]["vni"] = 200  # VNI listed twice
+    doc["vnis"][1]["fdb"] = [{"mac": "02:00:00:00:64:01", "remote": "198.51.100.9"}]  # not a peer
     doc["vnis"][3]["trunks"].append({"port": "trunk1", "vid": 11})  # two VIDs in VNI 110
     doc["vnis"][0]["peers"][0]["via"] = "tun-z"  # not a tunnel port
     doc["vnis"][2]["access_ports"] = ["acclocal"]  # access again, and mixed with the trunk
@@ -553,13 +785,14 @@ def test_every_semantic_problem_is_reported():
     assert [p.split(": ", 1)[0] for p in problems] == [
         "vnis[0].peers[0].via",
         "vnis[1].vni",
+        "vnis[1].fdb[0].remote",
         "vnis[2].access_ports[0]",
         "vnis[2]",
         "vnis[3].trunks[1].vid",
         "vnis[4]",
         "vnis[1].access_ports[1]",
     ]
-    assert "acclocal is already an access port of VNI 200 (vnis[1].access_ports[0])" in problems[2]
+    assert "acclocal is already an access port of VNI 200 (vnis[1].access_ports[0])" in problems[3]
     assert "interface acc100 does not exist" in problems[-1]
 
 

@@ -13,12 +13,17 @@ import pytest
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, words
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
+    NS_PER_S,
     PORT_ACCESS,
     PORT_TRUNK,
     PORT_TUNNEL,
+    VNI_PRESERVE_VLAN,
     peer_member_key,
 )
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
+    FdbEntry,
+    FdbKey,
+    PeerAddrKey,
     PeerValue,
     PortConfig,
     PortVni,
@@ -26,7 +31,10 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts impor
     VlanKey,
     VniRef,
     VniTunnel,
+    VtepSettings,
+    ip_be,
     ip_str,
+    mac_bytes,
     mac_str,
 )
 
@@ -100,6 +108,15 @@ def by_index(contents: plan.MapContents, name: str, value_type) -> dict:
     return {int.from_bytes(k, "little"): value_type.from_buffer_copy(v) for k, v in contents.entries[name].items()}
 
 
+def port_vnis(contents: plan.MapContents) -> dict[tuple[int, int], PortVni]:
+    """port_vnis' entries: (vni, ifindex) -> value."""
+    rows = {}
+    for k, v in contents.entries["port_vnis"].items():
+        key = PortVniKey.from_buffer_copy(k)
+        rows[(key.vni, key.ifindex)] = PortVni.from_buffer_copy(v)
+    return rows
+
+
 def test_desired_contents_of_a_document():
     desired = compiled(document())
     ports = by_index(desired, "port_config", PortConfig)
@@ -113,10 +130,7 @@ def test_desired_contents_of_a_document():
     (binding,) = desired.entries["vlan_bindings"].items()
     assert VlanKey.from_buffer_copy(binding[0]).vid == 10 and VniRef.from_buffer_copy(binding[1]).vni == 110
 
-    memberships = {
-        (PortVniKey.from_buffer_copy(k).vni, PortVniKey.from_buffer_copy(k).ifindex): PortVni.from_buffer_copy(v)
-        for k, v in desired.entries["port_vnis"].items()
-    }
+    memberships = port_vnis(desired)
     assert set(memberships) == {(100, 2), (100, 10), (100, 11), (110, 5), (110, 10), (200, 4), (200, 10)}
     assert memberships[(110, 5)].vid == 10
     # VNI 100's peers behind tun-b are one row of tunnel_peers, by address: .2 then .3 (copy 0 and copy 1).
@@ -168,27 +182,138 @@ def test_one_peer_less_changes_only_what_it_needs():
     del doc["vnis"][1]["peers"][2]  # 198.51.100.2 leaves VNI 100: .3 becomes tun-b's copy 0
     d = plan.diff(now, compiled(doc, now))
     assert {name: len(keys) for name, keys in d.deletes.items() if keys} == {"tunnel_peers": 1, "peer_admission": 1}
+    # peer_admission holds the peer's tunnel_peers index: .3's moves to the row's first index with it.
     assert {name: len(v) for name, v in d.upserts.items() if v} == {
-        "tunnel_peers": 1, "port_vnis": 1, "vni_tunnels": 1
+        "tunnel_peers": 1, "port_vnis": 1, "vni_tunnels": 1, "peer_admission": 1
     }  # fmt: skip
+    row = PortVni.from_buffer_copy(now.entries["port_vnis"][bytes(PortVniKey(100, 10))])
+    admitted = d.upserts["peer_admission"][bytes(PeerAddrKey(100, ip_be("198.51.100.3")))]
+    assert int.from_bytes(admitted, "little") == row.first_peer
     (group,) = d.groups
     assert (group.kind, group.vni, group.adds, group.removes) == ("flood", 100, {}, [peer_member_key(10, 1)])
     assert not d.groups_removed and not d.fresh_port_slots and not d.fresh_vni_slots
 
 
-def test_a_vni_and_a_port_that_take_freed_counter_slots_start_from_zero():
+def test_slots_freed_by_an_update_are_taken_by_a_later_one_and_start_from_zero():
     now = held(compiled(document()))
     doc = document()
     doc["vnis"][0] = {"vni": 300, "access_ports": ["acc101"]}  # VNI 200 goes, 300 comes
     desired = compiled(doc, now)
     d = plan.diff(now, desired)
-    assert sorted(d.groups_removed) == [("flood", 200, "small"), ("local", 200, "small")]
+    slot_200 = now.vni_slots()[200]
+    assert sorted(d.groups_removed) == [("flood", 200, "small", slot_200), ("local", 200, "small", slot_200)]
     assert {(g.kind, g.vni) for g in d.groups} == {("flood", 300), ("local", 300)}
     kept = {vni: slot for vni, slot in now.vni_slots().items() if vni != 200}
     assert {vni: desired.vni_slots()[vni] for vni in kept} == kept
-    # VNI 300 and acc101 take the counter slots VNI 200 and acc200 leave, and start from zero there.
-    assert desired.vni_slots()[300] == now.vni_slots()[200] and d.fresh_vni_slots == [now.vni_slots()[200]]
-    assert desired.port_slots()[3] == now.port_slots()[4] and d.fresh_port_slots == [now.port_slots()[4]]
+    # VNI 300 and acc101 do not take the slots VNI 200 and acc200 leave in the same update (their state is in
+    # place until the update removes it), but slots no one had, where they start from zero.
+    assert desired.vni_slots()[300] == 3 and d.fresh_vni_slots == [3]
+    assert desired.port_slots()[3] == 5 and d.fresh_port_slots == [5]
+    # The next update's newcomers take the freed slots, and start from zero there too.
+    later = held(desired)
+    doc["vnis"].append({"vni": 400, "access_ports": ["acc200"]})
+    again = compiled(doc, later)
+    d = plan.diff(later, again)
+    assert again.vni_slots()[400] == slot_200 and d.fresh_vni_slots == [slot_200]
+    assert again.port_slots()[4] == now.port_slots()[4] and d.fresh_port_slots == [now.port_slots()[4]]
+
+
+def test_a_slot_left_in_the_same_update_is_taken_only_when_no_other_is_free():
+    current = {10: 0, 20: 1}  # key -> slot; 20 leaves
+    assert plan.assign_slots({10, 30}, current, 3) == {10: 0, 30: 2}
+    assert plan.assign_slots({10, 30}, current, 2) == {10: 0, 30: 1}  # full: 20's slot
+    assert plan.assign_slots({10, 30, 40}, {10: 0, 20: 2}, 4) == {10: 0, 30: 1, 40: 3}  # smallest free first
+
+
+def test_groups_at_a_slot_no_vni_has_are_removed():
+    now = held(compiled(document()))
+    now.orphans = [("flood", "large", 7), ("local", "small", 9)]  # as writer.read() finds them after an interrupt
+    d = plan.diff(now, compiled(document(), now))
+    assert not d.empty and not d.groups and not any(d.upserts.values())
+    assert d.groups_removed == [("flood", None, "large", 7), ("local", None, "small", 9)]
+
+
+def fdb_document() -> dict:
+    """document() with static entries on an access port, on a trunk and at two remote VTEPs, and 30 s aging."""
+    doc = document()
+    doc["fdb_aging"] = 30
+    doc["vnis"][1]["fdb"] = [
+        {"mac": "02:00:00:00:64:03", "remote": "198.51.100.3"},  # tun-b's copy 1 of VNI 100
+        {"mac": "02:00:00:00:64:06", "remote": "198.51.100.6"},  # tun-c's only one
+        {"mac": "02:00:00:00:64:01", "port": "acc100"},
+    ]
+    doc["vnis"][2]["fdb"] = [{"mac": "02:00:00:00:6e:01", "port": "trunk0"}]
+    return doc
+
+
+def fdb_static(contents: plan.MapContents) -> dict[tuple[int, str], FdbEntry]:
+    return {
+        (FdbKey.from_buffer_copy(k).vni, mac_str(FdbKey.from_buffer_copy(k).mac)): FdbEntry.from_buffer_copy(v)
+        for k, v in contents.entries["fdb_static"].items()
+    }
+
+
+def test_static_fdb_entries_compile_to_where_the_data_plane_sends():
+    desired = compiled(fdb_document())
+    static = fdb_static(desired)
+    assert set(static) == {(100, "02:00:00:00:64:01"), (100, "02:00:00:00:64:03"), (100, "02:00:00:00:64:06"),
+                           (110, "02:00:00:00:6e:01")}  # fmt: skip
+    rows = port_vnis(desired)
+    peers = by_index(desired, "tunnel_peers", PeerValue)
+
+    def fields(e: FdbEntry) -> tuple:
+        return (e.ifindex, ip_str(e.remote_ip) if e.remote_ip else None, e.peer, e.vid, e.seen_ns)
+
+    assert fields(static[(100, "02:00:00:00:64:01")]) == (2, None, 0, 0, 0)  # acc100: no VID
+    assert fields(static[(110, "02:00:00:00:6e:01")]) == (5, None, 0, 10, 0)  # trunk0: leaves with VNI 110's VID
+    # A remote entry names the peer's tunnel port and its index in tunnel_peers, as learning would.
+    remote = static[(100, "02:00:00:00:64:03")]
+    assert fields(remote) == (10, "198.51.100.3", rows[(100, 10)].first_peer + 1, 0, 0)
+    assert ip_str(peers[remote.peer].remote_ip) == "198.51.100.3" and peers[remote.peer].vni == 100
+    remote = static[(100, "02:00:00:00:64:06")]
+    assert fields(remote) == (11, "198.51.100.6", rows[(100, 11)].first_peer, 0, 0)
+    assert ip_str(peers[remote.peer].remote_ip) == "198.51.100.6"
+    assert desired.origins[("fdb_static", bytes(FdbKey(110, mac_array("02:00:00:00:6e:01"))))] == "vnis[2].fdb[0]"
+
+
+def mac_array(mac: str):
+    return (ctypes.c_uint8 * 6)(*mac_bytes(mac))
+
+
+def settings(contents: plan.MapContents) -> VtepSettings:
+    return VtepSettings.from_buffer_copy(contents.entries["settings"][u32(0)])
+
+
+def test_settings_carry_the_aging_time_and_whether_there_are_static_entries():
+    plain = settings(compiled(document()))
+    assert (plain.aging_ns, plain.static_entries) == (300 * NS_PER_S, 0)  # the default aging; no static lookups
+    with_fdb = compiled(fdb_document())
+    assert (settings(with_fdb).aging_ns, settings(with_fdb).static_entries) == (30 * NS_PER_S, 4)
+    assert with_fdb.origins[("settings", u32(0))] == "fdb_aging"
+    # A static entry more: written before settings counts it (CONFIG_MAPS' order), nothing else changes.
+    now = held(with_fdb)
+    doc = fdb_document()
+    doc["vnis"][0]["fdb"] = [{"mac": "02:00:00:00:c8:01", "remote": "198.51.100.2"}]
+    d = plan.diff(now, compiled(doc, now))
+    assert {name: len(v) for name, v in d.upserts.items() if v} == {"fdb_static": 1, "settings": 1}
+    assert layouts.CONFIG_MAPS.index("fdb_static") < layouts.CONFIG_MAPS.index("settings")
+    assert not any(d.deletes.values()) and not d.groups
+
+
+def test_a_preserve_vni_is_flagged_on_every_port_and_binding():
+    doc = document()
+    doc["vnis"][2]["vlan_mode"] = "preserve"  # VNI 110
+    desired = compiled(doc)
+    flags = {row: value.flags for row, value in port_vnis(desired).items()}
+    assert {row for row, f in flags.items() if f == VNI_PRESERVE_VLAN} == {(110, 5), (110, 10)}  # trunk0, tun-b
+    assert {f for row, f in flags.items() if row[0] != 110} == {0}
+    (binding,) = desired.entries["vlan_bindings"].values()
+    assert VniRef.from_buffer_copy(binding).flags == VNI_PRESERVE_VLAN
+    # Changing the mode rewrites that VNI's rows only.
+    now = held(compiled(document()))
+    d = plan.diff(now, compiled(doc, now))
+    assert {name: len(v) for name, v in d.upserts.items() if v} == {"vlan_bindings": 1, "port_vnis": 2}
+    assert not any(d.deletes.values()) and not d.groups
 
 
 def test_members_on_another_egress_program_all_move_to_the_loaded_one():
@@ -222,8 +347,7 @@ def test_a_group_that_outgrows_the_small_maps_moves_whole():
 def test_every_entry_and_member_names_the_item_of_the_document_it_comes_from():
     desired = compiled(document())
     origin = desired.origins
-    rows = {(PortVniKey.from_buffer_copy(k).vni, PortVniKey.from_buffer_copy(k).ifindex): PortVni.from_buffer_copy(v)
-            for k, v in desired.entries["port_vnis"].items()}  # fmt: skip
+    rows = port_vnis(desired)
     in_vni_100 = [u32(rows[row].first_peer + i) for row in ((100, 10), (100, 11)) for i in range(rows[row].peers)]
     assert [origin[("tunnel_peers", index)] for index in in_vni_100] == [
         "vnis[1].peers[2]",  # 198.51.100.2 via tun-b, copy 0
@@ -277,8 +401,37 @@ def test_the_diff_lists_what_goes_before_and_what_comes_after():
         "after": "VNI 100: access port acc101\nVNI 100: peer 198.51.100.6 via tun-c (02:bb:00:00:00:06)\n",
     }
     first = words.changes(plan.MapContents(), now, NAMES, "vtep vtep")
-    assert first.steps[:2] == [
+    assert first.steps[:3] == [
+        "VTEP: + fdb_aging 300 s",
         "VTEP: + tunnel port tun-b local 198.51.100.1 MTU 1600",
         "VTEP: + tunnel port tun-c local 198.51.100.5 MTU 1600",
     ]
     assert first.diff()["before"] == "" and "VNI 110: trunk trunk0 VID 10\n" in first.diff()["after"]
+
+
+def test_the_diff_says_static_macs_the_vlan_mode_and_the_aging_time():
+    now = held(compiled(document()))
+    doc = fdb_document()  # 30 s aging and four static entries
+    doc["vnis"][2]["vlan_mode"] = "preserve"
+    report = words.changes(now, compiled(doc, now), NAMES, "vtep vtep")
+    assert report.steps == [
+        "VTEP: - fdb_aging 300 s",
+        "VTEP: + fdb_aging 30 s",
+        "VNI 100: + static MAC 02:00:00:00:64:01 on acc100",
+        "VNI 100: + static MAC 02:00:00:00:64:03 at remote 198.51.100.3",
+        "VNI 100: + static MAC 02:00:00:00:64:06 at remote 198.51.100.6",
+        "VNI 110: + static MAC 02:00:00:00:6e:01 on trunk0",
+        "VNI 110: + vlan_mode preserve",
+    ]
+    assert report.diff()["before"] == "VTEP: fdb_aging 300 s\n"
+    # A static MAC that moves is one line out and one in; translate, the default, goes unsaid.
+    now = held(compiled(doc))
+    doc["vnis"][1]["fdb"][2]["port"] = "acc101"
+    doc["vnis"][1]["access_ports"].append("acc101")
+    del doc["vnis"][2]["vlan_mode"]
+    assert words.changes(now, compiled(doc, now), NAMES, "vtep vtep").steps == [
+        "VNI 100: - static MAC 02:00:00:00:64:01 on acc100",
+        "VNI 100: + access port acc101",
+        "VNI 100: + static MAC 02:00:00:00:64:01 on acc101",
+        "VNI 110: - vlan_mode preserve",
+    ]

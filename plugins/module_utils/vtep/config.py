@@ -207,8 +207,8 @@ SCHEMA: dict[str, Any] = {
         },
         "fdb_size": {
             "title": "FDB size",
-            "description": f"learned MACs of all VNIs together, {FDB_SIZE_MIN}..{FDB_SIZE_MAX} (the least recently "
-            "seen make room)",
+            "description": f"learned MACs of all VNIs together, {FDB_SIZE_MIN}..{FDB_SIZE_MAX}; the least recently "
+            "seen make room",
             "type": "integer",
             "minimum": FDB_SIZE_MIN,
             "maximum": FDB_SIZE_MAX,

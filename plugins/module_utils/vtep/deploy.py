@@ -5,7 +5,7 @@ write it and attach (or, in check mode, only say what would change).
 
 Shared by the xdpfleet.fabric.vtep module (the document from the inventory) and by restore (the document the
 VTEP's state file recorded), so a VTEP brought back after a reboot goes through exactly the same steps.
-Also here: reading a deployed VTEP's counters from its pinned maps alone (xdpfleet.fabric.vtep_info).
+Also here: reading a deployed VTEP's counters and FDB from its pinned maps alone (xdpfleet.fabric.vtep_info).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import LayoutMismatch
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, words, writer
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import fdb, layouts, plan, words, writer
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     ConfigError,
     InterfaceFacts,
@@ -48,7 +48,8 @@ def host_ports() -> dict[str, plan.Port]:
 
 
 def read_counters(paths: xp.InstancePaths) -> dict | None:
-    """The counters of a deployed VTEP, read from its pinned maps: no document, no compile, no program load.
+    """The counters and the FDB of a deployed VTEP (fdb.facts()), read from its pinned maps: no document, no
+    compile, no program load.
 
     None when the host has no VTEP of that name. Raises VtepError when only some of its maps are pinned, or when
     a map's layout is not the one this collection reads (a VTEP deployed by another version).
@@ -69,7 +70,7 @@ def read_counters(paths: xp.InstancePaths) -> dict | None:
             if name in layouts.LAYOUTS:
                 layouts.LAYOUTS[name].check_pinned(maps[name])
         names = {port.ifindex: name for name, port in host_ports().items()}
-        return writer.counters(maps, writer.read(maps), names)
+        return fdb.facts(maps, writer.read(maps), names)
     except LayoutMismatch as exc:
         raise VtepError(
             f"VTEP {paths.name} was deployed by another version of this collection ({exc}): deploy it again with "
@@ -177,7 +178,7 @@ def deploy(
             "changed": changed,
             "changes": config_changes.steps,
             "program": {s.ifname: s.action for s in attach_plan.steps},
-            "ansible_facts": {"xdpfleet_vtep": writer.counters(maps, in_maps, names)},
+            "ansible_facts": {"xdpfleet_vtep": fdb.facts(maps, in_maps, names)},
         }
         if changed:
             shown = Changes(header)

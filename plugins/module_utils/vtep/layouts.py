@@ -129,6 +129,7 @@ LAYOUTS = {
         MapLayout("settings", ctypes.c_uint32, VtepSettings),
         MapLayout("fdb_static", FdbKey, FdbEntry),
         MapLayout("fdb", FdbKey, FdbEntry),
+        MapLayout("fdb_generation", ctypes.c_uint32, ctypes.c_uint64),
         MapLayout("vni_stats", ctypes.c_uint32, TrafficStats, ABI),
         MapLayout("port_stats", ctypes.c_uint32, TrafficStats, ABI),
     )
@@ -152,6 +153,10 @@ CONFIG_MAPS = (
 ARRAY_MAPS = ("port_config", "tunnel_peers", "vni_tunnels", "settings")
 # The learned FDB: the data plane writes it, user space only reads it (and drops what a static entry overrides).
 LEARNED_FDB = "fdb"
+# fdb_generation[0]: the data plane adds 1 when a learned entry comes, moves or goes; user space adds this after
+# changing fdb_static, so the CPUs' cached lookups are stale (its own half: a racing add of the other is not lost).
+FDB_GENERATION = "fdb_generation"
+USER_FDB_GENERATION_STEP = 1 << 32
 # ARRAY_OF_MAPS: VNI slot -> DEVMAP_HASH of members (sizes only, no BTF). "flood" groups serve frames from local
 # ports, "local" groups (local members only: split horizon) decapsulated ones. Broadcast walks every bucket of a
 # group, so groups of up to VTEP_SMALL_GROUP members live in the small maps.

@@ -17,15 +17,17 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.libbpf import BPF_MAP_TYPE_DEVMAP_HASH
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import plan
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import DROP_REASONS
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import DROP_REASONS, FDB_EVENTS
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
     ARRAY_MAPS,
     CONFIG_MAPS,
+    FDB_GENERATION,
     GROUP_CAPACITY,
     GROUP_MAPS,
     LAYOUTS,
     LEARNED_FDB,
+    USER_FDB_GENERATION_STEP,
     DevmapVal,
     TrafficStats,
     u32,
@@ -164,6 +166,11 @@ class Writer:
         group.delete(key)
         self.undo.append(lambda: group.update(key, readd))
 
+    def _fdb_changed(self) -> None:
+        generation = self.maps[FDB_GENERATION]
+        now = int.from_bytes(generation.lookup(u32(0)), "little")
+        generation.update(u32(0), ((now + USER_FDB_GENERATION_STEP) % (1 << 64)).to_bytes(8, "little"))
+
     def _zero(self, name: str, slots: list[int]) -> None:
         m = self.maps[name]
         zeros = bytes(m.value_buffer_size)
@@ -215,6 +222,9 @@ class Writer:
             # A static entry overrides what was learned for its MAC (learning never writes it again).
             for key in d.upserts.get("fdb_static", {}):
                 self.maps[LEARNED_FDB].delete(key)
+            if d.upserts.get("fdb_static") or d.deletes.get("fdb_static"):
+                with _refused(None, "marking the FDB changed"):
+                    self._fdb_changed()
         except WriteError:
             self.rollback()
             raise
@@ -277,17 +287,22 @@ def update(
 
 
 def counters(maps: dict[str, libbpf.Map], contents: plan.MapContents, names: dict[int, str]) -> dict:
-    """Per-VNI and per-port counters, summed over CPUs, with drops by reason (non-zero only)."""
+    """Per-VNI and per-port counters, summed over CPUs, with drops by reason (non-zero only); per VNI also the
+    forwarding events (fdb_events: every one, by name)."""
 
     def total(stats: list[TrafficStats]) -> dict:
         out = {f: sum(getattr(s, f) for s in stats) for f in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")}
         out["drops"] = {reason: n for i, reason in enumerate(DROP_REASONS) if (n := sum(s.drops[i] for s in stats))}
         return out
 
+    def vni_total(stats: list[TrafficStats]) -> dict:
+        events = {event: sum(s.fdb[i] for s in stats) for i, event in enumerate(FDB_EVENTS)}
+        return {**total(stats), "fdb_events": events}
+
     vni_stats = TypedMap(maps["vni_stats"], LAYOUTS["vni_stats"])
     port_stats = TypedMap(maps["port_stats"], LAYOUTS["port_stats"])
     return {
-        "vnis": {vni: total(vni_stats.get(slot)) for vni, slot in sorted(contents.vni_slots().items())},
+        "vnis": {vni: vni_total(vni_stats.get(slot)) for vni, slot in sorted(contents.vni_slots().items())},
         "ports": {
             names.get(ifindex, str(ifindex)): total(port_stats.get(slot))
             for ifindex, slot in sorted(contents.port_slots().items())
