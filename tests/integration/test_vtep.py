@@ -62,8 +62,9 @@ def counters(lab, host):
 
 @contextlib.contextmanager
 def reconfigured(fabric, host, change):
-    """The XDP VTEP of `host` runs its inventory document as change(document) leaves it; put back afterwards. The
-    module alone configures it (no health check: the test's own frames are what it checks)."""
+    """The XDP VTEP of `host` runs its inventory document as change(document) leaves it, and gives its counters as
+    the module reported them; put back afterwards. The module alone configures it (no health check: the test's own
+    frames are what it checks)."""
     lab, first, _ = fabric
     document = first.result(task=XDP_TASK, host=host)["invocation"]["module_args"]["config"]
     changed = copy.deepcopy(document)
@@ -72,12 +73,17 @@ def reconfigured(fabric, host, change):
     def configure(config):
         result = lab.run_tasks([{"name": "configure", "xdpfleet.fabric.vtep": {"config": config}}], hosts=host)
         assert result.rc == 0, result
+        return result.result(task="configure", host=host)["ansible_facts"]["xdpfleet_vtep"]
 
-    configure(changed)
+    counted = configure(changed)
     try:
-        yield
+        yield counted
     finally:
         configure(document)
+
+
+def fdb_events(vtep_counters, vni=100) -> dict[str, int]:
+    return vtep_counters["vnis"][str(vni)]["fdb_events"]
 
 
 def station() -> str:
@@ -186,8 +192,8 @@ def test_after_one_exchange_unicast_reaches_only_its_destination(fabric, left, r
 
 
 def test_a_learned_mac_ages_out_and_unicast_to_it_floods_again(fabric):
-    _, _, endpoints = fabric
-    with reconfigured(fabric, "a", lambda document: document.update(fdb_aging=AGING)):
+    lab, _, endpoints = fabric
+    with reconfigured(fabric, "a", lambda document: document.update(fdb_aging=AGING)) as before:
         quiet, talker = station(), station()
         assert reach(endpoints, "alocal", talker, BROADCAST, everyone_but("alocal")) == everyone_but("alocal")
         # quiet sends one frame, known unicast to talker: only a learns where quiet is
@@ -195,6 +201,7 @@ def test_a_learned_mac_ages_out_and_unicast_to_it_floods_again(fabric):
         assert reach(endpoints, "alocal", talker, quiet, ["a100"]) == {"a100"}
         time.sleep(AGING + 0.5)
         assert reach(endpoints, "alocal", talker, quiet, everyone_but("alocal")) == everyone_but("alocal")
+        assert fdb_events(counters(lab, "a"))["aged_out"] >= fdb_events(before)["aged_out"] + 1
 
 
 def test_a_static_entry_forwards_without_learning_and_learning_never_overrides_it(fabric):
@@ -205,7 +212,7 @@ def test_a_static_entry_forwards_without_learning_and_learning_never_overrides_i
         vni100 = next(vni for vni in document["vnis"] if vni["vni"] == 100)
         vni100["fdb"] = [{"mac": pinned, "port": "acc100"}, {"mac": far, "remote": L_TUNNEL_IP}]
 
-    with reconfigured(fabric, "a", pin):
+    with reconfigured(fabric, "a", pin) as before:
         # No frame from them ever: each goes to its one place, nowhere else.
         assert reach(endpoints, "alocal", talker, pinned, ["a100"]) == {"a100"}
         assert reach(endpoints, "alocal", talker, far, ["l100"]) == {"l100"}
@@ -221,14 +228,18 @@ def test_a_static_entry_forwards_without_learning_and_learning_never_overrides_i
         with Capture(f"{lab.prefix}-l", "ul-a") as to_l:
             got = deliveries(endpoints, "alocal", build_frame(far, talker, marker=marker), marker, settle=0.5)
         assert set(got) <= {"l100"} and len(to_l.with_marker(marker)) == 1
+        events = fdb_events(counters(lab, "a"))
+    assert events["static_conflict"] == fdb_events(before)["static_conflict"] + 3  # pinned twice, far once
 
 
 def test_a_mac_that_moves_is_learned_again_and_unicast_follows_it(fabric):
-    _, _, endpoints = fabric
+    lab, _, endpoints = fabric
     roamer = station()
     assert reach(endpoints, "a100", roamer, BROADCAST, everyone_but("a100")) == everyone_but("a100")
     assert reach(endpoints, "alocal", station(), roamer, ["a100"]) == {"a100"}
+    before = fdb_events(counters(lab, "a"))["moved"]
     assert reach(endpoints, "c100", roamer, BROADCAST, everyone_but("c100")) == everyone_but("c100")  # it moved
+    assert fdb_events(counters(lab, "a"))["moved"] == before + 1
     for src in ("alocal", "b100", "l100"):  # from behind the XDP VTEP it left, another XDP VTEP, the Linux VTEP
         assert reach(endpoints, src, station(), roamer, ["c100"]) == {"c100"}, src
 
