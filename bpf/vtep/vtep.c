@@ -9,12 +9,15 @@
  * - known unicast: one bpf_redirect, to the local port (a trunk gets its VID) or, encapsulated, to the one remote
  *   VTEP; no devmap, no egress program;
  * - anything else is flooded: the frame gets its 50-byte Outer once, here, and is broadcast through the VNI's group
- *   (vni_flood: every member, for local frames; vni_local: local members only, for decapsulated frames, which keep
- *   the Outer they came with: split horizon).
+ *   (vni_flood: every member, for local frames; vni_local: local members only, for decapsulated frames, which
+ *   keep the Outer they came with: split horizon). A frame too long to reach the local ports with an Outer (the
+ *   devmap drops a frame longer than the port's MTU + 18 before egress) carries a 4-byte stamp instead, and its
+ *   tunnel copies get their Outer in egress (struct flood_settings).
  *
  * vtep_egress runs once per flooded copy. A local copy loses the Outer (a trunk's copy then gets the trunk's VID);
  * a tunnel copy gets its peer's addresses. Everything a copy needs travels in the frame: the VNI in the Outer's
- * VXLAN header, and the frame's stamp in the Outer fields that every tunnel copy overwrites. There is no metadata
+ * VXLAN header, and the frame's stamp in the Outer fields that every tunnel copy overwrites (or the short stamp's
+ * VNI slot and frame number). There is no metadata
  * and no per-CPU "current frame": native XDP runs the egress programs at the devmap flush, after later frames'
  * ingress, so a copy can never get another frame's VNI.
  *
@@ -70,13 +73,22 @@ _Static_assert(__builtin_offsetof(struct outer_hdr, ip.id) == OUTER_IP_ID &&
 /* A flooded frame's stamp: its facts for the egress programs of its copies, in Outer fields that egress writes for
  * every tunnel copy and removes with the Outer on every local copy. The IP checksum field carries the partial sum
  * of the fixed IP fields (those of the header without id, addresses and checksum), which egress completes. */
-#define STAMP_SEQ OUTER_DMAC              /* u32: the frame's number on its CPU (never 0) */
+#define STAMP_SEQ OUTER_DMAC              /* u32: the frame's number on its CPU (odd: see SHORT_STAMP) */
 #define STAMP_VNI_SLOT (OUTER_DMAC + 4)   /* u16 */
 #define STAMP_TUNNEL OUTER_SMAC           /* u32: the tunnel port STAMP_FIRST_PEER and STAMP_PEERS are for; 0: none */
 #define STAMP_FLAGS (OUTER_SMAC + 4)      /* u16: STAMP_FROM_TUNNEL */
 #define STAMP_PEERS OUTER_IP_ID           /* u16 */
 #define STAMP_FIRST_PEER OUTER_IP_DADDR   /* u32 */
 #define STAMP_FROM_TUNNEL 0x1             /* decapsulated: never back into a tunnel (split horizon) */
+
+/* The short stamp: a flooded frame too long for an Outer carries one little-endian u32 in front, whose bit 0 is
+ * clear (an Outer's first word, STAMP_SEQ, is odd). */
+#define SHORT_STAMP_LEN 4
+#define SHORT_FROM_TUNNEL 0x2 /* as STAMP_FROM_TUNNEL */
+#define SHORT_SLOT_SHIFT 2    /* 12 bits: the VNI slot */
+#define SHORT_SLOT_MASK 0xfff
+#define SHORT_SEQ_SHIFT 14 /* 18 bits: the frame's number on its CPU */
+_Static_assert(VTEP_MAX_VNIS <= SHORT_SLOT_MASK + 1, "a VNI slot fits the short stamp");
 
 /* The last Outer a CPU built, for one (VNI, Inner length). */
 struct outer_template {
@@ -186,8 +198,8 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, VTEP_MAX_VNIS);
 	__type(key, __u32);
-	__type(value, struct vni_tunnel);
-} vni_tunnels SEC(".maps");
+	__type(value, struct flood_settings);
+} flood_settings SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -452,7 +464,7 @@ static __always_inline struct outer_template *outer_template(struct cpu_state *c
 
 /* Put the Outer for a frame of `vni` in front of it: every field but the per-copy ones (MACs, addresses, IP id,
  * checksum: finish_outer). Returns 0, or -1 when the frame has no headroom. */
-static __always_inline int push_outer(struct xdp_md *ctx, struct frame *f)
+static __always_inline int push_outer(struct xdp_md *ctx, struct cpu_state *cpu, __u32 vni)
 {
 	__u8 *data = (void *)(long)ctx->data;
 	__u8 *data_end = (void *)(long)ctx->data_end;
@@ -463,7 +475,7 @@ static __always_inline int push_outer(struct xdp_md *ctx, struct frame *f)
 
 	/* RFC 7348: a source port from the Inner flow, in the dynamic range 49152-65535. */
 	udp_source = bpf_htons(49152 | (inner_flow_hash(data, data_end) & 0x3fff));
-	t = outer_template(f->cpu, f->vni, inner_len);
+	t = outer_template(cpu, vni, inner_len);
 	if (bpf_xdp_adjust_head(ctx, -VXLAN_OVERHEAD))
 		return -1;
 	data = (void *)(long)ctx->data;
@@ -676,7 +688,7 @@ static __always_inline int send_remote(struct xdp_md *ctx, struct frame *f, stru
 	data_end = (void *)(long)ctx->data_end;
 	if (data_end - data + VXLAN_OVERHEAD - (int)sizeof(struct ethhdr) > port->mtu)
 		return drop(port->slot, f->vni_stats, DROP_MTU);
-	if (push_outer(ctx, f))
+	if (push_outer(ctx, f->cpu, f->vni))
 		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
@@ -698,42 +710,63 @@ static __always_inline void *vni_group(void *groups, void *large_groups, __u32 s
 	return group ? group : bpf_map_lookup_elem(large_groups, &slot);
 }
 
-/* Stamp the Outer at `data` (see STAMP_*) with the frame's facts. */
-static __always_inline void stamp(__u8 *data, struct frame *f, __u16 flags)
+/* The VNI's flood settings, or NULL while its slot passes to another VNI. */
+static __always_inline struct flood_settings *flooding(struct frame *f)
 {
-	struct vni_tunnel *row = NULL;
 	__u32 slot = f->vni_slot;
+	struct flood_settings *row = bpf_map_lookup_elem(&flood_settings, &slot);
 
-	if (!(flags & STAMP_FROM_TUNNEL))
-		row = bpf_map_lookup_elem(&vni_tunnels, &slot);
+	return row && row->vni == f->vni ? row : NULL;
+}
+
+/* Stamp the Outer at `data` (see STAMP_*) with the frame's facts. */
+static __always_inline void stamp(__u8 *data, struct frame *f, struct flood_settings *row, __u16 flags)
+{
 	f->cpu->seq += 2;
 	*(__u32 *)(data + STAMP_SEQ) = f->cpu->seq | 1;
 	*(__u16 *)(data + STAMP_VNI_SLOT) = f->vni_slot;
 	*(__u16 *)(data + STAMP_FLAGS) = flags;
-	if (row && row->vni == f->vni) {
-		*(__u32 *)(data + STAMP_TUNNEL) = row->ifindex;
-		*(__u32 *)(data + STAMP_FIRST_PEER) = row->first_peer;
-		*(__u16 *)(data + STAMP_PEERS) = row->peers;
-	} else {
-		*(__u32 *)(data + STAMP_TUNNEL) = 0;
-	}
+	*(__u32 *)(data + STAMP_TUNNEL) = row->tunnel_ifindex;
+	*(__u32 *)(data + STAMP_FIRST_PEER) = row->first_peer;
+	*(__u16 *)(data + STAMP_PEERS) = row->peers;
 }
 
-/* A frame from a local port: give it its Outer and hand it to every member of its VNI. */
+/* Write the short stamp in the SHORT_STAMP_LEN bytes the frame's data now starts with. Its VNI is known by slot
+ * only: were the slot to pass to another VNI between ingress and egress (only when every slot is taken, see
+ * plan.assign_slots), egress would take the new VNI's row, whose members are not the old VNI's ports. */
+static __always_inline int short_stamp(struct xdp_md *ctx, struct frame *f, __u32 flags)
+{
+	__u8 *data = (void *)(long)ctx->data;
+	__u8 *data_end = (void *)(long)ctx->data_end;
+
+	if (data + SHORT_STAMP_LEN > data_end)
+		return -1;
+	f->cpu->seq += 2;
+	*(__u32 *)data = (f->cpu->seq >> 1) << SHORT_SEQ_SHIFT | (__u32)f->vni_slot << SHORT_SLOT_SHIFT | flags;
+	return 0;
+}
+
+/* A frame from a local port: give it its Outer (or the short stamp) and hand it to every member of its VNI. */
 static __always_inline int flood_local(struct xdp_md *ctx, struct frame *f)
 {
 	void *group = vni_group(&vni_flood, &vni_flood_large, f->vni_slot);
-	__u8 *data, *data_end;
+	struct flood_settings *row = flooding(f);
+	__u8 *data = (void *)(long)ctx->data;
+	__u8 *data_end = (void *)(long)ctx->data_end;
 
-	if (!group)
+	if (!group || !row)
 		return drop(f->in_slot, f->vni_stats, DROP_NO_GROUP);
-	if (push_outer(ctx, f))
+	if (data_end - data + VXLAN_OVERHEAD <= row->frame_limit) {
+		if (push_outer(ctx, f->cpu, f->vni))
+			return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		if (data + VXLAN_OVERHEAD > data_end)
+			return XDP_DROP;
+		stamp(data, f, row, 0);
+	} else if (bpf_xdp_adjust_head(ctx, -SHORT_STAMP_LEN) || short_stamp(ctx, f, 0)) {
 		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	if (data + VXLAN_OVERHEAD > data_end)
-		return XDP_DROP;
-	stamp(data, f, 0);
+	}
 	count_fdb(f, FDB_FLOODED);
 	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
 }
@@ -775,6 +808,7 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 	void *data_end = (void *)(long)ctx->data_end;
 	struct xf_cursor c = { .pos = data };
 	struct port_vni_key key = { .ifindex = f->in_ifindex };
+	struct flood_settings *row;
 	struct port_config *target;
 	struct peer_addr_key sender;
 	struct port_vni *admitted, *member;
@@ -831,17 +865,22 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 	}
 
 	group = vni_group(&vni_local, &vni_local_large, f->vni_slot);
-	if (!group)
+	row = flooding(f);
+	if (!group || !row)
 		return drop(f->in_slot, f->vni_stats, DROP_NO_GROUP);
-	/* Keep the last 50 bytes of the Outer (it may be longer: IP options, a tag): the copies read the VNI and the
-	 * stamp there and remove exactly that much. */
-	if (bpf_xdp_adjust_head(ctx, outer_len - VXLAN_OVERHEAD))
+	if (data_end - (void *)inner + VXLAN_OVERHEAD <= row->frame_limit) {
+		/* Keep the last 50 bytes of the Outer (it may be longer: IP options, a tag): the copies read the VNI and
+		 * the stamp there and remove exactly that much. */
+		if (bpf_xdp_adjust_head(ctx, outer_len - VXLAN_OVERHEAD))
+			return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		if (data + VXLAN_OVERHEAD > data_end)
+			return XDP_DROP;
+		stamp(data, f, row, STAMP_FROM_TUNNEL);
+	} else if (bpf_xdp_adjust_head(ctx, outer_len - SHORT_STAMP_LEN) || short_stamp(ctx, f, SHORT_FROM_TUNNEL)) {
 		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	if (data + VXLAN_OVERHEAD > data_end)
-		return XDP_DROP;
-	stamp(data, f, STAMP_FROM_TUNNEL);
+	}
 	count_fdb(f, FDB_FLOODED);
 	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
 }
@@ -894,13 +933,14 @@ int vtep_ingress(struct xdp_md *ctx)
 
 /* --- Egress: one flooded copy --------------------------------------------------------------------------------- */
 
-/* The peer of this copy. The copies of one frame on a port run one after the other and are numbered 0, 1, ...;
- * copy n goes to the n-th of the VNI's peers behind the port. NULL: more copies than peers (during an update). */
-static __always_inline struct peer *copy_peer(__u32 port_slot, __u32 ifindex, __u32 vni, __u8 *outer)
+/* The peer of this copy. The copies of one frame (by its number, seq) on a port run one after the other and are
+ * numbered 0, 1, ...; copy n goes to the n-th of the VNI's peers behind the port: from the hint (where they are
+ * behind hint_ifindex) or port_vnis. NULL: more copies than peers (during an update). */
+static __always_inline struct peer *copy_peer(__u32 port_slot, __u32 ifindex, __u32 vni, __u32 seq, __u32 hint_ifindex,
+					      __u32 hint_first, __u32 hint_peers)
 {
 	struct copy_state *state = bpf_map_lookup_elem(&copy_state, &port_slot);
 	struct port_vni_key key = { .vni = vni, .ifindex = ifindex };
-	__u32 seq = *(__u32 *)(outer + STAMP_SEQ);
 	struct port_vni *row;
 	struct peer *peer;
 	__u32 index;
@@ -910,9 +950,9 @@ static __always_inline struct peer *copy_peer(__u32 port_slot, __u32 ifindex, __
 	if (state->seq != seq) {
 		state->seq = seq;
 		state->next_copy = 0;
-		if (*(__u32 *)(outer + STAMP_TUNNEL) == ifindex) {
-			state->first_peer = *(__u32 *)(outer + STAMP_FIRST_PEER);
-			state->peers = *(__u16 *)(outer + STAMP_PEERS);
+		if (hint_ifindex == ifindex) {
+			state->first_peer = hint_first;
+			state->peers = hint_peers;
 		} else {
 			row = bpf_map_lookup_elem(&port_vnis, &key);
 			state->first_peer = row ? row->first_peer : 0;
@@ -928,59 +968,108 @@ static __always_inline struct peer *copy_peer(__u32 port_slot, __u32 ifindex, __
 	return peer && peer->remote_ip && peer->vni == vni ? peer : NULL;
 }
 
+/* A local copy leaves through an access port or a trunk of its VNI: the first `skip` bytes (the Outer, or the short
+ * stamp) removed, a translated trunk's tag added. Returns -1 or the drop reason. */
+static __always_inline int local_copy(struct xdp_md *ctx, struct port_config *port, __u32 ifindex, __u32 vni, int skip)
+{
+	struct port_vni_key key = { .vni = vni, .ifindex = ifindex };
+	struct port_vni *member;
+
+	if (port->kind == PORT_ACCESS) {
+		if (port->vni != vni)
+			return DROP_NOT_MEMBER;
+		return bpf_xdp_adjust_head(ctx, skip) ? DROP_MALFORMED : -1;
+	}
+	member = bpf_map_lookup_elem(&port_vnis, &key);
+	if (!member)
+		return DROP_NOT_MEMBER;
+	if (!(member->flags & VNI_PRESERVE_VLAN))
+		return push_tag(ctx, skip, member->vid) ? DROP_MALFORMED : -1;
+	if (!has_vid((void *)(long)ctx->data, (void *)(long)ctx->data_end, skip, member->vid))
+		return DROP_VID_MISMATCH;
+	return bpf_xdp_adjust_head(ctx, skip) ? DROP_MALFORMED : -1;
+}
+
+/* A copy of a frame with the short stamp: tunnel copies get their whole Outer here. */
+static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *port, __u32 ifindex, __u32 word)
+{
+	__u32 slot = (word >> SHORT_SLOT_SHIFT) & SHORT_SLOT_MASK, zero = 0;
+	struct traffic_stats *vs = bpf_map_lookup_elem(&vni_stats, &slot);
+	struct flood_settings *row = bpf_map_lookup_elem(&flood_settings, &slot);
+	__u8 *data = (void *)(long)ctx->data;
+	__u8 *data_end = (void *)(long)ctx->data_end;
+	struct cpu_state *cpu;
+	struct peer *peer;
+	int reason;
+
+	if (!row)
+		return drop(port->slot, vs, DROP_NO_OUTER);
+	if (port->kind != PORT_TUNNEL) {
+		reason = local_copy(ctx, port, ifindex, row->vni, SHORT_STAMP_LEN);
+		if (reason >= 0)
+			return drop(port->slot, vs, reason);
+	} else {
+		if (word & SHORT_FROM_TUNNEL)
+			return drop(port->slot, vs, DROP_SPLIT_HORIZON);
+		peer = copy_peer(port->slot, ifindex, row->vni, word, row->tunnel_ifindex, row->first_peer, row->peers);
+		if (!peer)
+			return drop(port->slot, vs, DROP_NO_PEER);
+		if (data_end - data - SHORT_STAMP_LEN + VXLAN_OVERHEAD - (int)sizeof(struct ethhdr) > port->mtu)
+			return drop(port->slot, vs, DROP_MTU);
+		cpu = bpf_map_lookup_elem(&cpu_state, &zero);
+		if (!cpu || bpf_xdp_adjust_head(ctx, SHORT_STAMP_LEN) || push_outer(ctx, cpu, row->vni))
+			return drop(port->slot, vs, DROP_MALFORMED);
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		if (data + VXLAN_OVERHEAD > data_end)
+			return XDP_DROP;
+		finish_outer(data, port, peer);
+	}
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
+	count_tx(vs, data_end - data);
+	return XDP_PASS;
+}
+
 SEC("xdp/devmap")
 int vtep_egress(struct xdp_md *ctx)
 {
-	__u32 ifindex = ctx->egress_ifindex, vni_slot;
-	struct port_vni_key key = { .ifindex = ifindex };
+	__u32 ifindex = ctx->egress_ifindex, vni, vni_slot;
 	__u8 *data = (void *)(long)ctx->data;
 	__u8 *data_end = (void *)(long)ctx->data_end;
 	struct traffic_stats *vs;
 	struct port_config *port;
-	struct port_vni *member;
 	struct peer *peer;
+	int reason;
 
 	port = bpf_map_lookup_elem(&port_config, &ifindex);
 	if (!port || port->kind == PORT_NONE)
 		return XDP_DROP; /* not a VTEP port (any more): nothing to count it on */
+	if (data + SHORT_STAMP_LEN > data_end)
+		return drop(port->slot, NULL, DROP_NO_OUTER);
+	if (!(*(__u32 *)data & 1))
+		return short_copy(ctx, port, ifindex, *(__u32 *)data);
 	if (data + VXLAN_OVERHEAD > data_end)
 		return drop(port->slot, NULL, DROP_NO_OUTER);
-	key.vni = bpf_ntohl(*(__be32 *)(data + OUTER_VXLAN_VNI)) >> 8;
+	vni = bpf_ntohl(*(__be32 *)(data + OUTER_VXLAN_VNI)) >> 8;
 	vni_slot = *(__u16 *)(data + STAMP_VNI_SLOT);
 	vs = bpf_map_lookup_elem(&vni_stats, &vni_slot);
 
-	switch (port->kind) {
-	case PORT_ACCESS:
-		if (port->vni != key.vni)
-			return drop(port->slot, vs, DROP_NOT_MEMBER);
-		if (bpf_xdp_adjust_head(ctx, VXLAN_OVERHEAD))
-			return drop(port->slot, vs, DROP_MALFORMED);
-		break;
-	case PORT_TRUNK:
-		member = bpf_map_lookup_elem(&port_vnis, &key);
-		if (!member)
-			return drop(port->slot, vs, DROP_NOT_MEMBER);
-		if (member->flags & VNI_PRESERVE_VLAN) {
-			if (!has_vid(data, data_end, VXLAN_OVERHEAD, member->vid))
-				return drop(port->slot, vs, DROP_VID_MISMATCH);
-			if (bpf_xdp_adjust_head(ctx, VXLAN_OVERHEAD))
-				return drop(port->slot, vs, DROP_MALFORMED);
-		} else if (push_tag(ctx, VXLAN_OVERHEAD, member->vid)) {
-			return drop(port->slot, vs, DROP_MALFORMED);
-		}
-		break;
-	case PORT_TUNNEL:
+	if (port->kind != PORT_TUNNEL) {
+		reason = local_copy(ctx, port, ifindex, vni, VXLAN_OVERHEAD);
+		if (reason >= 0)
+			return drop(port->slot, vs, reason);
+	} else {
 		if (*(__u16 *)(data + STAMP_FLAGS) & STAMP_FROM_TUNNEL)
 			return drop(port->slot, vs, DROP_SPLIT_HORIZON);
-		peer = copy_peer(port->slot, ifindex, key.vni, data);
+		peer = copy_peer(port->slot, ifindex, vni, *(__u32 *)(data + STAMP_SEQ), *(__u32 *)(data + STAMP_TUNNEL),
+				 *(__u32 *)(data + STAMP_FIRST_PEER), *(__u16 *)(data + STAMP_PEERS));
 		if (!peer)
 			return drop(port->slot, vs, DROP_NO_PEER);
 		if (data_end - data - (int)sizeof(struct ethhdr) > port->mtu)
 			return drop(port->slot, vs, DROP_MTU);
 		finish_outer(data, port, peer);
-		break;
-	default:
-		return drop(port->slot, vs, DROP_NOT_MEMBER);
 	}
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;

@@ -67,13 +67,18 @@ struct peer {
 	__u32 vni;
 };
 
-/* vni_tunnels[vni slot]: a copy of port_vnis' row for the VNI's first tunnel port (the lowest ifindex), so that
- * ingress stamps it on a flooded frame and copies to that port need no hash lookup. */
-struct vni_tunnel {
-	__u32 vni;     /* whose row this is: while a slot passes to another VNI during an update, it is not used */
-	__u32 ifindex; /* the tunnel port */
+/* flood_settings[vni slot]: what ingress needs to flood a frame of the VNI, in an array by slot (no hash lookup):
+ * - frame_limit: the longest frame every local member of the VNI accepts from a devmap (its MTU + 18: the kernel
+ *   drops a longer one before the egress program runs). A flooded frame that fits with its Outer carries the Outer
+ *   to every copy; a longer one carries a 4-byte stamp, and tunnel copies get their Outer in egress;
+ * - a copy of port_vnis' row for the VNI's first tunnel port (the lowest ifindex; 0: none), so that ingress stamps it
+ *   on a flooded frame and copies to that port need no hash lookup. */
+struct flood_settings {
+	__u32 vni; /* whose row this is: while a slot passes to another VNI during an update, it is not used */
+	__u32 tunnel_ifindex;
 	__u32 first_peer;
-	__u32 peers;
+	__u16 peers;
+	__u16 frame_limit;
 };
 
 /* peer_admission[{vni, remote_ip}] = the peer's tunnel_peers index: VXLAN for a VNI is accepted only from a

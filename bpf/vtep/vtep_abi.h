@@ -20,7 +20,7 @@ enum vtep_limits {
 	 * paths): a VTEP port's ifindex must be below this
 	 */
 	VTEP_MAX_IFINDEX = 16384,
-	VTEP_MAX_VNIS = 4096, /* the slots of vni_stats and vni_tunnels, and of each group map (arrays by slot) */
+	VTEP_MAX_VNIS = 4096, /* the slots of vni_stats and flood_settings, and of each group map (arrays by slot) */
 	VTEP_MAX_MEMBERS = 256, /* devmap entries per VNI: local ports plus remote peers */
 	VTEP_MAX_PEERS = 65536, /* tunnel_peers entries, all VNIs and tunnel ports together (16 per VNI on average) */
 	/*

@@ -38,7 +38,7 @@ AGING = 2  # seconds, for the aging test
 XDP_TASK = "xdpfleet.fabric.vtep : Configure the XDP VTEP"
 INGRESS = r"vtep_ingress tag [0-9a-f]{16} native"  # a VTEP port's program, as --diff names it
 LINUX_TASK = "xdpfleet.fabric.vtep : Configure the Linux kernel VTEP"
-CONFIG_MAPS = ("port_config", "vlan_bindings", "tunnel_peers", "port_vnis", "vni_tunnels", "peer_admission")
+CONFIG_MAPS = ("port_config", "vlan_bindings", "tunnel_peers", "port_vnis", "flood_settings", "peer_admission")
 
 
 @pytest.fixture(scope="module")

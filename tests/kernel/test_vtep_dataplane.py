@@ -298,10 +298,10 @@ def test_membership_changes_are_live_and_minimal(vtep):
         changed = {name: len(v) for name, v in difference.upserts.items() if v}
         removed = {name: len(v) for name, v in difference.deletes.items() if v}
         # The VNI's row of peers shrinks in place: its last entry goes, the peers after the removed one move down
-        # by one (and their admissions name their new index), and port_vnis and vni_tunnels say one peer less.
+        # by one (and their admissions name their new index), and port_vnis and flood_settings say one peer less.
         moved = len(PEERS_100) - 8
         assert removed == {"tunnel_peers": 1, "peer_admission": 1}
-        assert changed == {"tunnel_peers": moved, "peer_admission": moved, "port_vnis": 1, "vni_tunnels": 1}
+        assert changed == {"tunnel_peers": moved, "peer_admission": moved, "port_vnis": 1, "flood_settings": 1}
         vtep.drain_all()
         vtep.taps["a1"].send(frame("after removal"))
         assert sorted(outer_of(c)[0] for c in vtep.taps["ul"].drain()) == sorted(fewer)

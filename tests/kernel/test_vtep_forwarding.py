@@ -301,6 +301,32 @@ def test_a_port_never_carries_another_vnis_frame_while_it_moves(fresh):
     assert [Ether(f)[Raw].load for f in seen(fresh)["a2"]] == [b"vni 200"]
 
 
+@pytest.mark.parametrize("size", [1468, 1469, 1500, 1514])
+def test_full_size_frames_are_flooded_to_every_member(fresh, size):
+    """A devmap hands a port only frames up to its MTU + 18: from 1469 bytes up a flooded frame cannot carry its
+    50-byte Outer to the local ports (MTU 1500) and carries the short stamp instead. Every member still gets it, both
+    from a local port and from the tunnel, and the tunnel copies have the same Outer as small frames get."""
+    sent = frame("big", STATION["one"]) + bytes(size - len(frame("big", STATION["one"])))
+    fresh.taps["a1"].send(sent)
+    received = seen(fresh)
+    assert only(received) == {"a2": 1, "tr": 1, "tr2": 1, "ul": len(PEERS)}
+    assert received["a2"] == [sent]
+    assert Ether(received["tr"][0])[Dot1Q].vlan == 10 and len(received["tr"][0]) == size + 4
+    for raw in received["ul"]:
+        pkt = Ether(raw)
+        assert pkt[IP].src == LOCAL_IP and pkt[Ether].src == fresh.ports["ul"].mac
+        assert pkt[Ether].dst == peer_mac(pkt[IP].dst) and pkt[VXLAN].vni == 100
+        assert bytes(pkt[VXLAN].payload) == sent and pkt[IP].len == size + 36
+        recomputed = IP(bytes(pkt[IP]))
+        del recomputed.chksum
+        assert IP(bytes(recomputed)).chksum == pkt[IP].chksum
+    assert sorted(Ether(raw)[IP].dst for raw in received["ul"]) == PEERS
+    fresh.taps["ul"].send(vxlan(100, PEERS[0], sent))
+    received = seen(fresh)
+    assert only(received) == {"a1": 1, "a2": 1, "tr": 1, "tr2": 1}
+    assert received["a1"] == [sent] and received["a2"] == [sent]
+
+
 @pytest.mark.parametrize("mode", ["native", "generic"])
 def test_copies_keep_their_own_frames_vni_in_one_flush(fresh, mode):
     """Bursts that interleave VNIs in one devmap flush: every copy carries its own frame's VNI (egress reads it from

@@ -23,6 +23,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
     FdbEntry,
     FdbKey,
+    FloodSettings,
     PeerAddrKey,
     PeerValue,
     PortConfig,
@@ -30,7 +31,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts impor
     PortVniKey,
     VlanKey,
     VniRef,
-    VniTunnel,
     VtepSettings,
     ip_be,
     ip_str,
@@ -141,8 +141,12 @@ def test_desired_contents_of_a_document():
     assert mac_str(peers[row.first_peer + 1].mac) == NEXT_HOPS["198.51.100.3"]
     assert sorted(peers) == list(range(5))  # rows one after another from index 0
 
-    tunnels = by_index(desired, "vni_tunnels", VniTunnel)
-    assert {t.vni: (t.ifindex, t.peers) for t in tunnels.values()} == {100: (10, 2), 110: (10, 1), 200: (10, 1)}
+    # Per VNI: its first tunnel port's row of peers, and the longest flooded frame its local ports take from a
+    # devmap with the Outer in front (their MTU 1500 + 18).
+    flooding = by_index(desired, "flood_settings", FloodSettings)
+    assert {f.vni: (f.tunnel_ifindex, f.peers, f.frame_limit) for f in flooding.values()} == {
+        100: (10, 2, 1518), 110: (10, 1, 1518), 200: (10, 1, 1518)
+    }  # fmt: skip
     assert len(desired.entries["peer_admission"]) == 5  # (VNI, peer address): 3 in VNI 100, 1 in 110, 1 in 200
 
     assert desired.groups["flood"][100] == {
@@ -184,7 +188,7 @@ def test_one_peer_less_changes_only_what_it_needs():
     assert {name: len(keys) for name, keys in d.deletes.items() if keys} == {"tunnel_peers": 1, "peer_admission": 1}
     # peer_admission holds the peer's tunnel_peers index: .3's moves to the row's first index with it.
     assert {name: len(v) for name, v in d.upserts.items() if v} == {
-        "tunnel_peers": 1, "port_vnis": 1, "vni_tunnels": 1, "peer_admission": 1
+        "tunnel_peers": 1, "port_vnis": 1, "flood_settings": 1, "peer_admission": 1
     }  # fmt: skip
     row = PortVni.from_buffer_copy(now.entries["port_vnis"][bytes(PortVniKey(100, 10))])
     admitted = d.upserts["peer_admission"][bytes(PeerAddrKey(100, ip_be("198.51.100.3")))]

@@ -26,7 +26,7 @@ LIMITS = abi.Enum(
             "port_config is an array indexed by ifindex (an index, not a hash lookup, on the per-frame and "
             "per-copy paths): a VTEP port's ifindex must be below this",
         ),
-        ("VTEP_MAX_VNIS", 4096, "the slots of vni_stats and vni_tunnels, and of each group map (arrays by slot)"),
+        ("VTEP_MAX_VNIS", 4096, "the slots of vni_stats and flood_settings, and of each group map (arrays by slot)"),
         ("VTEP_MAX_MEMBERS", 256, "devmap entries per VNI: local ports plus remote peers"),
         (
             "VTEP_MAX_PEERS",

@@ -67,12 +67,13 @@ class PeerValue(ctypes.Structure):
     ]
 
 
-class VniTunnel(ctypes.Structure):
+class FloodSettings(ctypes.Structure):
     _fields_ = [
         ("vni", ctypes.c_uint32),
-        ("ifindex", ctypes.c_uint32),
+        ("tunnel_ifindex", ctypes.c_uint32),
         ("first_peer", ctypes.c_uint32),
-        ("peers", ctypes.c_uint32),
+        ("peers", ctypes.c_uint16),
+        ("frame_limit", ctypes.c_uint16),
     ]
 
 
@@ -124,7 +125,7 @@ LAYOUTS = {
         MapLayout("vlan_bindings", VlanKey, VniRef),
         MapLayout("port_vnis", PortVniKey, PortVni),
         MapLayout("tunnel_peers", ctypes.c_uint32, PeerValue),
-        MapLayout("vni_tunnels", ctypes.c_uint32, VniTunnel),
+        MapLayout("flood_settings", ctypes.c_uint32, FloodSettings),
         MapLayout("peer_admission", PeerAddrKey, ctypes.c_uint32),
         MapLayout("settings", ctypes.c_uint32, VtepSettings),
         MapLayout("fdb_static", FdbKey, FdbEntry),
@@ -137,20 +138,20 @@ LAYOUTS = {
 
 # --- Which maps hold what ---------------------------------------------------------------------------------------
 
-# In the order they are written: a row of peers is in tunnel_peers before port_vnis and vni_tunnels point at it,
+# In the order they are written: a row of peers is in tunnel_peers before port_vnis and flood_settings point at it,
 # and static FDB entries are in fdb_static before settings says there are some.
 CONFIG_MAPS = (
     "port_config",
     "vlan_bindings",
     "tunnel_peers",
     "port_vnis",
-    "vni_tunnels",
+    "flood_settings",
     "peer_admission",
     "fdb_static",
     "settings",
 )
 # Arrays among them: every index exists, an all-zero value is an absent entry and removing one writes zeros.
-ARRAY_MAPS = ("port_config", "tunnel_peers", "vni_tunnels", "settings")
+ARRAY_MAPS = ("port_config", "tunnel_peers", "flood_settings", "settings")
 # The learned FDB: the data plane writes it, user space only reads it (and drops what a static entry overrides).
 LEARNED_FDB = "fdb"
 # fdb_generation[0]: the data plane adds 1 when a learned entry comes, moves or goes; user space adds this after
@@ -167,6 +168,10 @@ GROUP_MAPS = {
     ("local", "large"): "vni_local_large",
 }
 GROUP_CAPACITY = {"small": VTEP_SMALL_GROUP, "large": VTEP_MAX_MEMBERS}
+# A devmap hands a frame to a port only when it is at most the port's MTU + 18 (Ethernet header and one VLAN tag,
+# kernel xdp_ok_fwd_dev): flood_settings.frame_limit, the longest flooded frame that may carry its Outer.
+DEVMAP_FRAME_ALLOWANCE = 18
+FRAME_LIMIT_MAX = 0xFFFF
 MAP_NAMES = (*LAYOUTS, *GROUP_MAPS.values())
 
 

@@ -31,8 +31,11 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
     CONFIG_MAPS,
+    DEVMAP_FRAME_ALLOWANCE,
+    FRAME_LIMIT_MAX,
     FdbEntry,
     FdbKey,
+    FloodSettings,
     PeerAddrKey,
     PeerValue,
     PortConfig,
@@ -40,7 +43,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts impor
     PortVniKey,
     VlanKey,
     VniRef,
-    VniTunnel,
     VtepSettings,
     group_class,
     ip_be,
@@ -236,6 +238,7 @@ def compile_desired(
     wanted = {row: len(peers) for row, peers in rows.items()}
     first = place_rows(wanted, current.peer_rows(), VTEP_MAX_PEERS, row_paths)
     peer_index: dict[tuple[int, int], tuple[int, int]] = {}  # (vni, remote ip) -> (tunnel_peers index, ifindex)
+    first_tunnel: dict[int, tuple[int, int, int]] = {}  # vni -> (ifindex, first_peer, peers) of its first tunnel port
     for (vni, ifindex), peers in sorted(rows.items()):
         for copy, (value, path) in enumerate(peers):
             index = first[(vni, ifindex)] + copy
@@ -245,9 +248,13 @@ def compile_desired(
         # Also admits the VNI on the port.
         row = PortVni(vni_slot=vni_slot[vni], peers=len(peers), flags=vni_flags[vni], first_peer=first[(vni, ifindex)])
         put("port_vnis", PortVniKey(vni, ifindex), row, row_paths[(vni, ifindex)])
-        key = ctypes.c_uint32(vni_slot[vni])
-        if bytes(key) not in out.entries["vni_tunnels"]:  # sorted: the VNI's first tunnel port
-            put("vni_tunnels", key, VniTunnel(vni, ifindex, row.first_peer, row.peers), row_paths[(vni, ifindex)])
+        if vni not in first_tunnel:  # sorted: the VNI's first tunnel port
+            first_tunnel[vni] = (ifindex, row.first_peer, row.peers)
+    for vni in config.vnis:
+        local = [ports[member.port].mtu for member in (*vni.access_ports, *vni.trunks)]
+        limit = min((mtu + DEVMAP_FRAME_ALLOWANCE for mtu in local), default=FRAME_LIMIT_MAX)
+        flooding = FloodSettings(vni.vni, *first_tunnel.get(vni.vni, (0, 0, 0)), min(limit, FRAME_LIMIT_MAX))
+        put("flood_settings", ctypes.c_uint32(vni_slot[vni.vni]), flooding, vni.path)
     statics = 0
     for vni in config.vnis:
         vids = {trunk.port: trunk.vid for trunk in vni.trunks}
