@@ -204,6 +204,34 @@ def test_a_learned_mac_ages_out_and_unicast_to_it_floods_again(fabric):
         assert fdb_events(counters(lab, "a"))["aged_out"] >= fdb_events(before)["aged_out"] + 1
 
 
+def test_a_new_fdb_size_replaces_the_learned_table_and_the_vtep_moves_onto_it(fabric):
+    """fdb_size sizes the learned table when the program loads: a new size is a new table, the ports' program is
+    replaced to use it (make-before-break), and the overlay keeps working; the same size again changes nothing."""
+    lab, first, _ = fabric
+    document = first.result(task=XDP_TASK, host="b")["invocation"]["module_args"]["config"]
+
+    def configure(config):
+        result = lab.run_tasks([{"name": "configure", "xdpfleet.fabric.vtep": {"config": config}}], hosts="b")
+        assert result.rc == 0, result
+        return result.result(task="configure", host="b")
+
+    def table_size():
+        out = lab.host_exec("b", ["bpftool", "-j", "map", "show", "pinned", "/sys/fs/bpf/xdpfleet/vtep/maps/fdb"])
+        return json.loads(out.stdout)["max_entries"]
+
+    assert table_size() == 65536  # FDB_SIZE_DEFAULT
+    try:
+        resized = configure({**document, "fdb_size": 1024})
+        assert resized["changed"] is True and set(resized["program"].values()) == {"replace"}
+        assert table_size() == 1024
+        assert configure({**document, "fdb_size": 1024})["changed"] is False
+        ping = lab.endpoint_exec("b100", ["ping", "-c", "3", "-i", "0.2", "-W", "2", ADDRESS["a100"]], check=False)
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+    finally:
+        configure(document)
+    assert table_size() == 65536
+
+
 def test_a_static_entry_forwards_without_learning_and_learning_never_overrides_it(fabric):
     lab, _, endpoints = fabric
     pinned, far, talker = station(), station(), station()
