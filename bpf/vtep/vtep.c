@@ -82,12 +82,14 @@ _Static_assert(__builtin_offsetof(struct outer_hdr, ip.id) == OUTER_IP_ID &&
 #define STAMP_FROM_TUNNEL 0x1             /* decapsulated: never back into a tunnel (split horizon) */
 
 /* The short stamp: a flooded frame too long for an Outer carries one little-endian u32 in front, whose bit 0 is
- * clear (an Outer's first word, STAMP_SEQ, is odd). */
+ * clear (an Outer's first word, STAMP_SEQ, is odd) and which is never 0 (copy_state's seq when no frame is being
+ * numbered: a stamp equal to it would continue numbering where the last frame stopped). */
 #define SHORT_STAMP_LEN 4
 #define SHORT_FROM_TUNNEL 0x2 /* as STAMP_FROM_TUNNEL */
-#define SHORT_SLOT_SHIFT 2    /* 12 bits: the VNI slot */
+#define SHORT_NONZERO 0x4
+#define SHORT_SLOT_SHIFT 3 /* 12 bits: the VNI slot */
 #define SHORT_SLOT_MASK 0xfff
-#define SHORT_SEQ_SHIFT 14 /* 18 bits: the frame's number on its CPU */
+#define SHORT_SEQ_SHIFT 15 /* 17 bits: the frame's number on its CPU */
 _Static_assert(VTEP_MAX_VNIS <= SHORT_SLOT_MASK + 1, "a VNI slot fits the short stamp");
 
 /* The last Outer a CPU built, for one (VNI, Inner length). */
@@ -742,7 +744,8 @@ static __always_inline int short_stamp(struct xdp_md *ctx, struct frame *f, __u3
 	if (data + SHORT_STAMP_LEN > data_end)
 		return -1;
 	f->cpu->seq += 2;
-	*(__u32 *)data = (f->cpu->seq >> 1) << SHORT_SEQ_SHIFT | (__u32)f->vni_slot << SHORT_SLOT_SHIFT | flags;
+	*(__u32 *)data =
+		(f->cpu->seq >> 1) << SHORT_SEQ_SHIFT | (__u32)f->vni_slot << SHORT_SLOT_SHIFT | SHORT_NONZERO | flags;
 	return 0;
 }
 

@@ -327,6 +327,22 @@ def test_full_size_frames_are_flooded_to_every_member(fresh, size):
     assert received["a1"] == [sent] and received["a2"] == [sent]
 
 
+def test_every_frame_number_finds_its_peers(fresh):
+    """Long frames are numbered in the short stamp, which wraps; no number may look like "no frame" to the copy
+    numbering (it did once: every 262144th frame of the VNI in slot 0 lost all its tunnel copies, as no_peer)."""
+    assert fresh.current.vni_slots()[100] == 0
+    long_frame = frame("long", STATION["one"]) + bytes(1514 - len(frame("long", STATION["one"])))
+    before = drops(fresh, "ul").get("no_peer", 0)
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})  # every frame on one CPU: its frame numbers go through a whole wrap
+    try:
+        fresh.test_run("a1", long_frame, live=True, repeat=(1 << 18) + 1000)
+    finally:
+        os.sched_setaffinity(0, cpus)
+    assert drops(fresh, "ul").get("no_peer", 0) == before
+    fresh.drain_all()
+
+
 @pytest.mark.parametrize("mode", ["native", "generic"])
 def test_copies_keep_their_own_frames_vni_in_one_flush(fresh, mode):
     """Bursts that interleave VNIs in one devmap flush: every copy carries its own frame's VNI (egress reads it from
