@@ -756,10 +756,12 @@ static __always_inline int flood_local(struct xdp_md *ctx, struct frame *f)
 	struct flood_settings *row = flooding(f);
 	__u8 *data = (void *)(long)ctx->data;
 	__u8 *data_end = (void *)(long)ctx->data_end;
+	__u32 limit;
 
 	if (!group || !row)
 		return drop(f->in_slot, f->vni_stats, DROP_NO_GROUP);
-	if (data_end - data + VXLAN_OVERHEAD <= row->frame_limit) {
+	limit = f->in_ifindex == row->tightest_port ? row->others_limit : row->frame_limit;
+	if (data_end - data + VXLAN_OVERHEAD <= limit) {
 		if (push_outer(ctx, f->cpu, f->vni))
 			return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
 		data = (void *)(long)ctx->data;

@@ -141,12 +141,24 @@ def test_desired_contents_of_a_document():
     assert mac_str(peers[row.first_peer + 1].mac) == NEXT_HOPS["198.51.100.3"]
     assert sorted(peers) == list(range(5))  # rows one after another from index 0
 
-    # Per VNI: its first tunnel port's row of peers, and the longest flooded frame its local ports take from a
-    # devmap with the Outer in front (their MTU 1500 + 18).
+    # Per VNI: its first tunnel port's row of peers, the longest flooded frame its local ports take from a devmap
+    # with the Outer in front (their MTU 1500 + 18), and, for frames from that port itself, no limit (each VNI has
+    # one local port here, and a copy never goes back to its sender).
     flooding = by_index(desired, "flood_settings", FloodSettings)
-    assert {f.vni: (f.tunnel_ifindex, f.peers, f.frame_limit) for f in flooding.values()} == {
-        100: (10, 2, 1518), 110: (10, 1, 1518), 200: (10, 1, 1518)
-    }  # fmt: skip
+    limits = {f.vni: (f.tunnel_ifindex, f.peers, f.frame_limit, f.tightest_port, f.others_limit) for f in
+              flooding.values()}  # fmt: skip
+    assert limits == {100: (10, 2, 1518, 2, 0xFFFF), 110: (10, 1, 1518, 5, 0xFFFF), 200: (10, 1, 1518, 4, 0xFFFF)}
+
+
+def test_the_second_tightest_port_limits_the_frames_of_the_tightest():
+    doc = document()
+    doc["vnis"][1]["access_ports"].append("acc101")
+    ports = {**PORTS, "acc101": plan.Port("acc101", 3, 1540, "02:00:00:00:00:03")}  # the tunnels hold 1540 + 50
+    config = vc.validate(doc, {name: vc.InterfaceFacts(p.ifindex, p.mtu, p.mac) for name, p in ports.items()})
+    desired = plan.compile_desired(config, ports, {(v.vni, p.ip): NEXT_HOPS[p.ip] for v in config.vnis for p in
+                                                   v.peers}, plan.MapContents(), EGRESS)  # fmt: skip
+    (vni100,) = [f for f in by_index(desired, "flood_settings", FloodSettings).values() if f.vni == 100]
+    assert (vni100.frame_limit, vni100.tightest_port, vni100.others_limit) == (1518, 2, 1558)
     assert len(desired.entries["peer_admission"]) == 5  # (VNI, peer address): 3 in VNI 100, 1 in 110, 1 in 200
 
     assert desired.groups["flood"][100] == {

@@ -74,6 +74,9 @@ class FloodSettings(ctypes.Structure):
         ("first_peer", ctypes.c_uint32),
         ("peers", ctypes.c_uint16),
         ("frame_limit", ctypes.c_uint16),
+        ("tightest_port", ctypes.c_uint32),
+        ("others_limit", ctypes.c_uint16),
+        ("pad", ctypes.c_uint16),
     ]
 
 

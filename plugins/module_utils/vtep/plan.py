@@ -251,9 +251,17 @@ def compile_desired(
         if vni not in first_tunnel:  # sorted: the VNI's first tunnel port
             first_tunnel[vni] = (ifindex, row.first_peer, row.peers)
     for vni in config.vnis:
-        local = [ports[member.port].mtu for member in (*vni.access_ports, *vni.trunks)]
-        limit = min((mtu + DEVMAP_FRAME_ALLOWANCE for mtu in local), default=FRAME_LIMIT_MAX)
-        flooding = FloodSettings(vni.vni, *first_tunnel.get(vni.vni, (0, 0, 0)), min(limit, FRAME_LIMIT_MAX))
+        # The longest frame with its Outer that every local member takes, and that the others take when the
+        # tightest one sends (a copy never goes back to its sender).
+        limits = sorted(
+            (min(ports[m.port].mtu + DEVMAP_FRAME_ALLOWANCE, FRAME_LIMIT_MAX), ports[m.port].ifindex)
+            for m in (*vni.access_ports, *vni.trunks)
+        )
+        frame_limit, tightest = limits[0] if limits else (FRAME_LIMIT_MAX, 0)
+        others_limit = limits[1][0] if len(limits) > 1 else FRAME_LIMIT_MAX
+        flooding = FloodSettings(
+            vni.vni, *first_tunnel.get(vni.vni, (0, 0, 0)), frame_limit, tightest, others_limit=others_limit
+        )
         put("flood_settings", ctypes.c_uint32(vni_slot[vni.vni]), flooding, vni.path)
     statics = 0
     for vni in config.vnis:
