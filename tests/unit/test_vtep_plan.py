@@ -148,6 +148,13 @@ def test_desired_contents_of_a_document():
     limits = {f.vni: (f.tunnel_ifindex, f.peers, f.frame_limit, f.tightest_port, f.others_limit) for f in
               flooding.values()}  # fmt: skip
     assert limits == {100: (10, 2, 1518, 2, 0xFFFF), 110: (10, 1, 1518, 5, 0xFFFF), 200: (10, 1, 1518, 4, 0xFFFF)}
+    assert len(desired.entries["peer_admission"]) == 5  # (VNI, peer address): 3 in VNI 100, 1 in 110, 1 in 200
+
+    assert desired.groups["flood"][100] == {
+        2: 2, peer_member_key(10, 0): 10, peer_member_key(10, 1): 10, peer_member_key(11, 0): 11
+    }  # fmt: skip
+    assert desired.groups["local"] == {100: {2: 2}, 110: {5: 5}, 200: {4: 4}}
+    assert desired.egress_tags == {EGRESS}
 
 
 def test_the_second_tightest_port_limits_the_frames_of_the_tightest():
@@ -159,13 +166,6 @@ def test_the_second_tightest_port_limits_the_frames_of_the_tightest():
                                                    v.peers}, plan.MapContents(), EGRESS)  # fmt: skip
     (vni100,) = [f for f in by_index(desired, "flood_settings", FloodSettings).values() if f.vni == 100]
     assert (vni100.frame_limit, vni100.tightest_port, vni100.others_limit) == (1518, 2, 1558)
-    assert len(desired.entries["peer_admission"]) == 5  # (VNI, peer address): 3 in VNI 100, 1 in 110, 1 in 200
-
-    assert desired.groups["flood"][100] == {
-        2: 2, peer_member_key(10, 0): 10, peer_member_key(10, 1): 10, peer_member_key(11, 0): 11
-    }  # fmt: skip
-    assert desired.groups["local"] == {100: {2: 2}, 110: {5: 5}, 200: {4: 4}}
-    assert desired.egress_tags == {EGRESS}
 
 
 def test_the_same_configuration_in_another_order_compiles_to_the_same_contents():
