@@ -313,6 +313,7 @@ def test_a_write_the_kernel_refuses_names_the_document_item_and_is_undone(vtep):
     """A VNI whose access port vanished after validation: the kernel refuses its devmap member (no such ifindex).
     The error names the port's entry in the document, and the entries written before it are taken back."""
     before = writer.read(vtep.maps)
+    generation = vtep.maps[layouts.FDB_GENERATION].lookup(bytes(4))
     gone = AccessPort("gone0", path="vnis[4].access_ports[0]")
     refused = VtepConfig(config().tunnel_ports, (*config().vnis, Vni(300, (gone,), (), (), path="vnis[4]")))
     ports = {**vtep.ports, "gone0": plan.Port("gone0", 9999, 1500, "02:00:00:00:99:99")}
@@ -322,6 +323,8 @@ def test_a_write_the_kernel_refuses_names_the_document_item_and_is_undone(vtep):
     assert message.startswith("vnis[4].access_ports[0]: adding ifindex 9999 to the flood group of VNI 300 failed:")
     after = writer.read(vtep.maps)
     assert after.entries == before.entries and after.groups == before.groups and after.where == before.where
+    # and what the CPUs remember of the FDB is stale: the static entries may have come and gone meanwhile
+    assert vtep.maps[layouts.FDB_GENERATION].lookup(bytes(4)) != generation
 
 
 def test_a_copy_without_a_peer_is_dropped_and_counted(vtep):

@@ -142,12 +142,12 @@ def test_desired_contents_of_a_document():
     assert sorted(peers) == list(range(5))  # rows one after another from index 0
 
     # Per VNI: its first tunnel port's row of peers, the longest flooded frame its local ports take from a devmap
-    # with the Outer in front (their MTU 1500 + 18), and, for frames from that port itself, no limit (each VNI has
-    # one local port here, and a copy never goes back to its sender).
+    # with the Outer in front (their MTU 1500 + 18), and, for frames from that port itself (each VNI has one local
+    # port here, and a copy never goes back to its sender), what its tunnel ports send (their MTU 1600 + 14).
     flooding = by_index(desired, "flood_settings", FloodSettings)
     limits = {f.vni: (f.tunnel_ifindex, f.peers, f.frame_limit, f.tightest_port, f.others_limit) for f in
               flooding.values()}  # fmt: skip
-    assert limits == {100: (10, 2, 1518, 2, 0xFFFF), 110: (10, 1, 1518, 5, 0xFFFF), 200: (10, 1, 1518, 4, 0xFFFF)}
+    assert limits == {100: (10, 2, 1518, 2, 1614), 110: (10, 1, 1518, 5, 1614), 200: (10, 1, 1518, 4, 1614)}
     assert len(desired.entries["peer_admission"]) == 5  # (VNI, peer address): 3 in VNI 100, 1 in 110, 1 in 200
 
     assert desired.groups["flood"][100] == {

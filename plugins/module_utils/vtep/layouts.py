@@ -174,6 +174,7 @@ GROUP_CAPACITY = {"small": VTEP_SMALL_GROUP, "large": VTEP_MAX_MEMBERS}
 # A devmap hands a frame to a port only when it is at most the port's MTU + 18 (Ethernet header and one VLAN tag,
 # kernel xdp_ok_fwd_dev): flood_settings.frame_limit, the longest flooded frame that may carry its Outer.
 DEVMAP_FRAME_ALLOWANCE = 18
+ETH_HLEN = 14  # a tunnel copy fits when its frame is at most the tunnel port's MTU + the Ethernet header
 FRAME_LIMIT_MAX = 0xFFFF
 MAP_NAMES = (*LAYOUTS, *GROUP_MAPS.values())
 

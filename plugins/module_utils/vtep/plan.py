@@ -32,6 +32,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
     CONFIG_MAPS,
     DEVMAP_FRAME_ALLOWANCE,
+    ETH_HLEN,
     FRAME_LIMIT_MAX,
     FdbEntry,
     FdbKey,
@@ -252,15 +253,21 @@ def compile_desired(
             first_tunnel[vni] = (ifindex, row.first_peer, row.peers)
     for vni in config.vnis:
         # The longest frame with its Outer that every local member takes, and that the others take when the
-        # tightest one sends (a copy never goes back to its sender).
+        # tightest one sends (a copy never goes back to its sender); and that every tunnel port sends (longer tunnel
+        # copies are the egress program's to drop and count, so they must reach it).
         limits = sorted(
             (min(ports[m.port].mtu + DEVMAP_FRAME_ALLOWANCE, FRAME_LIMIT_MAX), ports[m.port].ifindex)
             for m in (*vni.access_ports, *vni.trunks)
         )
+        tunnel_limit = min((ports[p.via].mtu + ETH_HLEN for p in vni.peers), default=FRAME_LIMIT_MAX)
         frame_limit, tightest = limits[0] if limits else (FRAME_LIMIT_MAX, 0)
         others_limit = limits[1][0] if len(limits) > 1 else FRAME_LIMIT_MAX
         flooding = FloodSettings(
-            vni.vni, *first_tunnel.get(vni.vni, (0, 0, 0)), frame_limit, tightest, others_limit=others_limit
+            vni.vni,
+            *first_tunnel.get(vni.vni, (0, 0, 0)),
+            min(frame_limit, tunnel_limit),
+            tightest,
+            others_limit=min(others_limit, tunnel_limit),
         )
         put("flood_settings", ctypes.c_uint32(vni_slot[vni.vni]), flooding, vni.path)
     statics = 0

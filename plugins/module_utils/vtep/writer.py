@@ -231,6 +231,8 @@ class Writer:
 
     def rollback(self) -> None:
         """Undo what apply() wrote; also after apply() returned, when a later step (the attach) failed."""
+        if self.undo:  # what the CPUs looked up of fdb_static meanwhile is stale once it is back
+            self.undo.insert(0, self._fdb_changed)  # undone last
         for step in reversed(self.undo):
             with contextlib.suppress(libbpf.LibbpfError):  # best effort: the error that made us roll back is reported
                 step()
