@@ -69,9 +69,11 @@ struct peer {
 
 /* flood_settings[vni slot]: what ingress needs to flood a frame of the VNI, in an array by slot (no hash lookup):
  * - frame_limit: the longest frame every local member of the VNI accepts from a devmap (its MTU + 18: the kernel
- *   drops a longer one before the egress program runs). A flooded frame that fits with its Outer carries the Outer
- *   to every copy; a longer one carries a 4-byte stamp, and tunnel copies get their Outer in egress. A frame from
- *   tightest_port (the member that sets frame_limit) is not copied back to it: others_limit is its limit;
+ *   drops a longer one before the egress program runs, uncounted) and every tunnel port of the VNI sends (its MTU
+ *   + 14: a longer tunnel copy must reach egress to be dropped and counted). A flooded frame that fits with its
+ *   Outer carries the Outer to every copy; a longer one carries a 4-byte stamp, and tunnel copies get their Outer
+ *   in egress. A frame from tightest_port (the local member that sets frame_limit) is not copied back to it:
+ *   others_limit is its limit;
  * - a copy of port_vnis' row for the VNI's first tunnel port (the lowest ifindex; 0: none), so that ingress stamps it
  *   on a flooded frame and copies to that port need no hash lookup. */
 struct flood_settings {
