@@ -97,8 +97,9 @@ def table(
 def read(maps: dict[str, libbpf.Map], contents: plan.MapContents, names: dict[int, str]) -> dict[int, dict[str, dict]]:
     """Each VNI's FDB (see table()), the learned entries read from the VTEP's fdb map now."""
     learned = maps[LEARNED_FDB].dump()
-    # The data plane stamps entries with bpf_ktime_get_ns(), CLOCK_MONOTONIC, the clock of time.monotonic_ns() (in
-    # the initial time namespace, where the modules run). Read after the entries, so that no age is negative.
+    # The data plane stamps entries with bpf_ktime_get_coarse_ns(), CLOCK_MONOTONIC to within a tick, the clock of
+    # time.monotonic_ns() (in the initial time namespace, where the modules run). Read after the entries, so that no
+    # age is negative.
     return table(learned, contents, names, time.monotonic_ns())
 
 
