@@ -121,13 +121,7 @@ def only(received: dict[str, list[bytes]]) -> dict[str, int]:
 
 
 def fdb_events(lab, vni: int) -> dict[str, int]:
-    stats = layouts.TrafficStats
-    slot = lab.current.vni_slots()[vni]
-    values = lab.maps["vni_stats"].lookup(slot.to_bytes(4, "little"))
-    stride = lab.maps["vni_stats"].value_stride
-    per_cpu = [stats.from_buffer_copy(values, i * stride) for i in range(len(values) // stride)]
-    names = ("learned", "moved", "aged_out", "static_conflict", "known_unicast", "flooded")
-    return {name: sum(s.fdb[i] for s in per_cpu) for i, name in enumerate(names)}
+    return lab.counters()["vnis"][vni]["fdb_events"]
 
 
 def drops(lab, port: str) -> dict:
