@@ -30,7 +30,7 @@ export PATH := $(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help deps apt-deps lint sanity build lab-down test demo clean abi
-.PHONY: bench bench-vtep bench-trafficgen
+.PHONY: bench bench-vtep bench-trafficgen scale
 
 help:
 	@echo "make demo      lab up, site.yml, print the report, lab down (KEEP_LAB=1 keeps the lab)"
@@ -42,6 +42,7 @@ help:
 	@echo "make abi       rewrite bpf/<plane>/<plane>_abi.h from plugins/module_utils/<plane>/abi.py"
 	@echo "make lab-down  tear down the default lab"
 	@echo "make clean     remove .build and reports"
+	@echo "make scale     the scale test with a fleet of SCALE_VTEPS (default 12) XDP VTEPs; make test runs it with 6"
 	@echo "make bench     run the benchmarks (bench-vtep, bench-trafficgen; BENCH_ARGS=\"--seconds 5 --rounds 3\" passes options)"
 
 deps: apt-deps $(VENV_STAMP)
@@ -114,6 +115,11 @@ test: deps lint
 		|| rc=$$?; \
 	if [ "$$rc" = 5 ]; then echo "test: pytest collected no tests" >&2; fi; \
 	exit $$rc
+
+# The fleet test at a size make test leaves out; it prints the rollout wall times.
+SCALE_VTEPS ?= 12
+scale: deps
+	XDPFLEET_SCALE_VTEPS=$(SCALE_VTEPS) $(BIN)/python -m pytest -s $(CURDIR)/tests/scale
 
 # The lab is torn down on exit, also after a failure or Ctrl-C, unless KEEP_LAB=1.
 demo: deps
