@@ -125,7 +125,8 @@ def deploy(
     """Make the VTEP instance match `document`; returns the module result (changed, changes, program, facts, diff).
 
     build_dir: where a compile that misses the cache goes in check mode (the cache stays as it was).
-    Raises VtepError; nothing on the host changed unless the message says the previous state was restored.
+    Raises VtepError; nothing on the host changed unless the message says the previous state was restored, or
+    that it could not be (and what was not).
     """
     include_dirs = VTEP_INCLUDE_DIRS if include_dirs is None else include_dirs
     ports = host_ports()
@@ -167,6 +168,12 @@ def deploy(
                     instance.apply(attach_plan)
         except plan.DoesNotFit as exc:
             raise VtepError(f"the VTEP configuration does not fit the data plane, nothing was changed: {exc}") from exc
+        except writer.RollbackError as exc:
+            raise VtepError(
+                f"applying the VTEP configuration failed and the previous state could NOT be restored: {exc.cause}; "
+                f"not restored: {'; '.join(exc.unrestored)}. The VTEP may forward wrongly until the configuration "
+                "is applied again"
+            ) from exc
         except (writer.WriteError, libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
             raise VtepError(f"applying the VTEP configuration failed, previous state restored: {exc}") from exc
         if changed and not check_mode:
