@@ -344,6 +344,9 @@ def update(
     current = read(maps)
     desired = plan.compile_desired(config, ports, peer_macs, current, egress.info().tag)
     difference = plan.diff(current, desired)
+    overflows = plan.capacity_problems(current, desired, {name: maps[name].max_entries for name in CONFIG_MAPS})
+    if overflows:
+        raise plan.DoesNotFit("; ".join(overflows))
     with Writer(maps, current, egress.fd) as writer:
         if write:
             writer.apply(difference)

@@ -204,3 +204,75 @@ def test_a_failed_undo_is_said_and_named(lab, refusals):
         assert "could not restore" in message and "restored" not in message.replace("could not restore", "")
     finally:
         os.close(old_egress.fd)
+
+
+# --- Capacity: a document that overflows a map is refused before any write --------------------------------------
+
+TRUNK_PORTS = ("a1", "a2", "a3", "a4", "tr")
+
+
+def trunk_document(vnis: int, with_peer: int = 0) -> VtepConfig:
+    """`vnis` VNIs on all five trunks (VID = its index + 1), the first `with_peer` of them with a peer via ul."""
+    return VtepConfig(
+        tunnel_ports=(TunnelPort("ul", "198.51.100.1"),),
+        vnis=tuple(
+            Vni(
+                1000 + i,
+                (),
+                tuple(TrunkBinding(port, i + 1, f"vnis[{i}].trunks[{j}]") for j, port in enumerate(TRUNK_PORTS)),
+                peers(1) if i < with_peer else (),
+                path=f"vnis[{i}]",
+            )
+            for i in range(vnis)
+        ),
+    )
+
+
+def refused(lab: VtepNetns, config: VtepConfig) -> str:
+    """The DoesNotFit message of an update to `config`, after checking that no map changed."""
+    before = dump(lab)
+    with pytest.raises(plan.DoesNotFit) as caught:
+        update(lab, config, lab.obj.program("vtep_egress"))
+    assert dump(lab) == before
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("config", "problems"),
+    [
+        (  # 5 trunks x 3277 VNIs: 16385 bindings, and as many VNIs on ports
+            trunk_document(3277),
+            [
+                "vnis[3276].trunks[4]: the document needs 16385 entries of vlan_bindings for its trunk bindings "
+                "(vnis[].trunks), above the data plane's limit of 16384 (max_entries of vlan_bindings in the data "
+                "plane)",
+                "vnis[3276].trunks[4]: the document needs 16385 entries of port_vnis for its VNIs on ports",
+            ],
+        ),
+        (  # 16380 bindings fit, but five VNIs are also on the tunnel port
+            trunk_document(3276, with_peer=5),
+            ["vnis[4].peers: the document needs 16385 entries of port_vnis for its VNIs on ports"],
+        ),
+    ],
+    ids=["vlan_bindings", "port_vnis"],
+)
+def test_a_document_that_overflows_a_map_is_refused_before_any_write(lab, config, problems):
+    message = refused(lab, config)
+    for problem in problems:
+        assert problem in message
+    assert message.count("; vnis[") == len(problems) - 1  # and no other map
+
+
+def test_an_update_that_would_overflow_while_adding_before_removing_is_refused(lab):
+    """Each document's 8200 static MACs fit fdb_static (16384), but going from one to the other would hold 16400
+    of them at once."""
+
+    def statics(first: int) -> VtepConfig:
+        macs = (f"02:00:00:{n >> 16 & 0xFF:02x}:{n >> 8 & 0xFF:02x}:{n & 0xFF:02x}" for n in range(first, first + 8200))
+        entries = tuple(FdbEntry(mac, "a1", None, f"vnis[0].fdb[{j}]") for j, mac in enumerate(macs))
+        return VtepConfig((), (Vni(700, (AccessPort("a1"),), (), (), path="vnis[0]", fdb=entries),))
+
+    update(lab, statics(0), lab.obj.program("vtep_egress"))
+    message = refused(lab, statics(100000))
+    assert message.startswith("vnis[0].fdb[0]: the update adds 8200 entries to fdb_static (static FDB entries ")
+    assert "before removing the 8200 that go, and fdb_static holds 16384 at most" in message
