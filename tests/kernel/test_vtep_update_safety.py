@@ -10,11 +10,14 @@ EIO as a kernel refusal does, before reaching the kernel."""
 
 import ctypes
 import errno
+import json
 import os
 import struct
+import subprocess
+import sys
 
 import pytest
-from vtep_netns import VtepNetns, netns
+from vtep_netns import REPO, VtepNetns, netns, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, writer
@@ -276,3 +279,113 @@ def test_an_update_that_would_overflow_while_adding_before_removing_is_refused(l
     message = refused(lab, statics(100000))
     assert message.startswith("vnis[0].fdb[0]: the update adds 8200 entries to fdb_static (static FDB entries ")
     assert "before removing the 8200 that go, and fdb_static holds 16384 at most" in message
+
+
+# --- The document against the host's addresses: refused before anything changes ----------------------------------
+
+HOST_DOCUMENT = {
+    "tunnel_ports": [{"port": "hul", "local_ip": "198.51.100.161"}],
+    "vnis": [{"vni": 100, "access_ports": ["ha1"], "peers": [{"ip": "198.51.100.162", "via": "hul"}]}],
+}
+DEPLOY = """
+import json, os, sys
+sys.path.insert(0, {collection!r})
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd, linux as lv
+document, backend, allow, pins = json.loads(sys.argv[1])
+try:
+    if backend == "xdp":
+        paths = xp.InstancePaths("vtep", pins, pins + "-state")
+        vd.deploy(paths, document, "native", pins + "-cache", check_host=True, allow_management_port=allow)
+    else:
+        with lv.open_ipr() as ipr:
+            lv.deploy(ipr, document, pins + "-state", False, allow)
+    print(json.dumps(["applied", []]))
+except (vd.VtepError, lv.LinuxVtepError) as exc:
+    print(json.dumps(["refused", exc.problems]))
+"""
+
+
+@pytest.fixture(scope="module")
+def host_ns():
+    """A namespace whose ports are plain veths: hul (tunnel port, 198.51.100.161/27) and ha1 (an access port, which
+    the tests make the management interface: 198.51.100.170/27, the default route)."""
+    name = f"{LAB_PREFIX}-host-{os.getpid()}"
+    sh("ip", "netns", "add", name)
+    try:
+        for port, address, mtu in (("hul", "198.51.100.161/27", "1600"), ("ha1", "198.51.100.170/27", "1500")):
+            sh("ip", "-n", name, "link", "add", port, "mtu", mtu, "type", "veth", "peer", "name", f"{port}p")
+            sh("ip", "-n", name, "addr", "add", address, "dev", port)
+            sh("ip", "-n", name, "link", "set", port, "up")
+        sh("ip", "-n", name, "route", "add", "default", "via", "198.51.100.171", "dev", "ha1", "onlink")
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def host_state(ns: str) -> str:
+    """The namespace's links (with any XDP program and master) and addresses."""
+    links = subprocess.run(["ip", "-n", ns, "-d", "link", "show"], check=True, capture_output=True, text=True).stdout
+    addrs = subprocess.run(["ip", "-n", ns, "addr", "show"], check=True, capture_output=True, text=True).stdout
+    return links + addrs
+
+
+def deploy(ns: str, tmp_path, document: dict, backend: str, allow: bool = False, ssh: str | None = None):
+    """deploy() of a backend run inside the namespace (ip netns exec: its own sysfs), as the module runs it."""
+    env = {k: v for k, v in os.environ.items() if k != "SSH_CONNECTION"}
+    if ssh is not None:
+        env["SSH_CONNECTION"] = ssh
+    script = DEPLOY.format(collection=str(REPO / "collection"))
+    argv = json.dumps([document, backend, allow, str(tmp_path / "pins")])
+    done = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", script, argv], env=env,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("backend", ["xdp", "linux"])
+def test_a_tunnel_address_the_port_does_not_have_is_refused(host_ns, tmp_path, backend):
+    before = host_state(host_ns)
+    document = {**HOST_DOCUMENT, "tunnel_ports": [{"port": "hul", "local_ip": "198.51.100.163"}]}
+    outcome, problems = deploy(host_ns, tmp_path, document, backend, allow=True)
+    assert (outcome, problems) == (
+        "refused",
+        [
+            "tunnel_ports[0].local_ip: 198.51.100.163 is not an address of hul (this module does not add underlay "
+            "addresses: configure them first)"
+        ],
+    )
+    assert host_state(host_ns) == before and not (tmp_path / "pins").exists()
+
+
+@pytest.mark.parametrize("backend", ["xdp", "linux"])
+@pytest.mark.parametrize(
+    ("ssh", "why"),
+    [
+        ("198.51.100.171 50022 198.51.100.170 22", "carries 198.51.100.170, the address of the SSH session"),
+        (None, "has the default route"),
+    ],
+    ids=["ssh-session", "default-route"],
+)
+def test_a_port_the_host_is_managed_through_is_refused_unless_allowed(host_ns, tmp_path, backend, ssh, why):
+    before = host_state(host_ns)
+    outcome, problems = deploy(host_ns, tmp_path, HOST_DOCUMENT, backend, ssh=ssh)
+    assert outcome == "refused" and len(problems) == 1, problems
+    assert problems[0].startswith(f"vnis[0].access_ports[0]: ha1 {why}")
+    assert problems[0].endswith("set allow_management_port: true to use it anyway")
+    assert host_state(host_ns) == before and not (tmp_path / "pins").exists()
+
+
+def test_the_session_address_on_another_port_is_no_reason_to_refuse(host_ns, tmp_path):
+    """The SSH session's address decides, not the default route: here the session comes in through hul, which is
+    a tunnel port (refused), while ha1 (the default route) is free to be an access port."""
+    outcome, problems = deploy(host_ns, tmp_path, HOST_DOCUMENT, "linux", ssh="198.51.100.162 50022 198.51.100.161 22")
+    assert outcome == "refused"
+    assert [p.split(":")[0] for p in problems] == ["tunnel_ports[0].port"]
+
+
+def test_a_management_port_is_taken_when_allowed(host_ns, tmp_path):
+    """allow_management_port: true lets the Linux backend make its bridge with ha1 in it."""
+    ssh = "198.51.100.171 50022 198.51.100.170 22"
+    assert deploy(host_ns, tmp_path, HOST_DOCUMENT, "linux", allow=True, ssh=ssh) == ["applied", []]
+    assert "master xbr100" in subprocess.run(["ip", "-n", host_ns, "link", "show", "ha1"], check=True,
+                                             capture_output=True, text=True).stdout  # fmt: skip

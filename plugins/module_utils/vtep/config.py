@@ -665,6 +665,45 @@ def _mtu_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> list
     return problems
 
 
+# --- Rules against the host's addresses (both backends, after validate()) ---------------------------------------
+
+ALLOW_MANAGEMENT_PORT = "allow_management_port"  # the modules' option that lifts management_port_problems
+
+
+def tunnel_address_problems(config: VtepConfig, addresses: dict[str, set[str]]) -> list[str]:
+    """A tunnel port sends VXLAN from its local_ip, so the port must have it (addresses: interface -> its
+    addresses; a port not in it is not on the host, which is another problem). Neither backend adds underlay
+    addresses."""
+    return [
+        f"{t.path}.local_ip: {t.local_ip} is not an address of {t.port} "
+        "(this module does not add underlay addresses: configure them first)"
+        for t in config.tunnel_ports
+        if t.port in addresses and t.local_ip not in addresses[t.port]
+    ]
+
+
+def management_port_problems(config: VtepConfig, management: dict[str, str]) -> list[str]:
+    """A VTEP port takes over its interface's traffic, so the interface the host is managed through (management:
+    interface -> why it is that one) is not one unless the user says so; one problem per port, at its first use."""
+    uses = [(t.port, f"{t.path}.port") for t in config.tunnel_ports]
+    for vni in config.vnis:
+        uses += [(a.port, a.path) for a in vni.access_ports] + [(t.port, f"{t.path}.port") for t in vni.trunks]
+    problems, seen = [], set()
+    for port, path in sorted(uses, key=lambda use: _document_order_of(use[1])):
+        if port in management and port not in seen:
+            seen.add(port)
+            problems.append(
+                f"{path}: {port} {management[port]}: a VTEP port takes over its traffic, which could cut this host "
+                f"off; set {ALLOW_MANAGEMENT_PORT}: true to use it anyway"
+            )
+    return problems
+
+
+def _document_order_of(path: str) -> list:
+    """A model item's path (vnis[2].trunks[0]) as a sort key in document order."""
+    return [int(part) if part.isdigit() else part for part in path.replace("]", "").replace("[", ".").split(".")]
+
+
 # --- The model --------------------------------------------------------------------------------------------------
 
 
