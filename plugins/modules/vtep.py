@@ -56,7 +56,10 @@ requirements:
   - pyroute2 and jsonschema on the host; clang when compiling I(source)
 options:
   name:
-    description: Name of the VTEP instance. Its pins live under C(/sys/fs/bpf/xdpfleet/<name>).
+    description:
+      - Name of the VTEP instance. Its pins live under C(/sys/fs/bpf/xdpfleet/<name>), its state file is
+        C(<state_dir>/programs/<name>.json).
+      - 1-64 letters, digits, C(_), C(.) or C(-), starting with a letter or digit.
     type: str
     default: vtep
   state:
@@ -221,6 +224,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
 
 
@@ -263,6 +267,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    if bad := names.instance_name_problem(module.params["name"]):
+        module.fail_json(msg=f"name: {bad}")
     paths = xp.InstancePaths(module.params["name"], module.params["pin_root"], module.params["state_dir"])
     if module.params["state"] == "present":
         module.exit_json(**present(module, paths))

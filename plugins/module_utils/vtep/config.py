@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import schema as schema_words
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.names import IFNAME_RULE
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
     FDB_AGING_DEFAULT,
     FDB_AGING_MAX,
@@ -64,7 +65,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
 VLAN_TAG_LEN = 4
 VNI_MIN, VNI_MAX = 1, 16777215
 VID_MIN, VID_MAX = 1, 4094
-IFNAME_MAX = 15  # IFNAMSIZ - 1
 VLAN_MODES = ("translate", "preserve")
 
 
@@ -169,11 +169,9 @@ class InterfaceFacts:
 
 _IFNAME = {
     "title": "interface name",
-    "description": f"1..{IFNAME_MAX} characters, no '/', ':' or whitespace, not '.' or '..'",
+    "description": IFNAME_RULE,
     "type": "string",
-    "minLength": 1,
-    "maxLength": IFNAME_MAX,
-    "pattern": r"^(?!\.\.?$)[^/:\s]+$",
+    "format": "ifname",  # common/schema.py's format checker applies the kernel's rules (names.ifname_problem)
 }
 _IPV4 = {
     "title": "IPv4 address",
