@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import LAB_PREFIX
 from vtep_netns import REPO, VtepNetns, netns, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
@@ -33,7 +34,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and XDP need root")
 
-LAB_PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 LEARNED_MAC = "02:00:00:00:64:07"
 
 
@@ -96,11 +96,11 @@ def dump(lab: VtepNetns) -> dict[str, dict]:
         out[name] = dict(m.dump())
     for name in layouts.GROUP_MAPS.values():
         for slot, ref in out[name].items():
-            inner = writer._inner(ref)
+            inner = libbpf.map_fd_by_id(int.from_bytes(ref, "little"))
             try:
-                out[f"{name}[{int.from_bytes(slot, 'little')}]"] = sorted(inner.dump())
+                out[f"{name}[{int.from_bytes(slot, 'little')}]"] = dict(libbpf.Map.from_fd(inner).dump())
             finally:
-                libbpf.close_fd(inner.fd)
+                libbpf.close_fd(inner)
     return out
 
 
