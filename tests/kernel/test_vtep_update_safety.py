@@ -1,12 +1,19 @@
-"""A VTEP update that fails half-way puts back every byte it changed: configuration A is applied, then B with the
-kernel refusing write k, for every write B makes, and after each refusal every map of the object (the inner
-member groups of the ARRAY_OF_MAPS and the learned FDB and counters included) is compared byte for byte with
-its dump after A. B moves a group between size classes, adds and removes groups, rewires every member onto another
-egress program, zeroes counters, overrides a learned MAC: each write of each kind is refused once.
+"""A VTEP update never leaves a host half-programmed, and a document that does not fit is refused before it
+changes anything.
 
-Runs the real VTEP object in a namespace of its own (as vtep_netns does). The refusal is the test's: every map
-update and delete (libbpf.Map's, which every map the writer touches is) is counted, and the chosen ones fail with
-EIO as a kernel refusal does, before reaching the kernel."""
+Rollback: configuration A is applied, then B with map write k refused, for every write B makes; after each
+refusal every map of the object (the inner member groups of the ARRAY_OF_MAPS, the learned FDB and the counters
+included) is compared byte for byte with its dump after A. B moves a group between size classes, adds and removes
+groups, rewires every member onto another egress program, zeroes counters and overrides a learned MAC, so each
+write of each kind is refused once. The refusal is the test's: every map update and delete (libbpf.Map's, which
+every map the writer touches is) is counted, and the chosen ones fail with EIO, as a kernel refusal does, before
+reaching the kernel.
+
+Capacity: documents that overflow vlan_bindings, port_vnis, and fdb_static during an update (max_entries of the
+loaded object). Host: a tunnel address the port lacks, and a port that carries the management address, for both
+backends, with deploy() run inside a namespace of real interfaces as the modules run it.
+
+The real VTEP object runs in namespaces of its own (as vtep_netns does)."""
 
 import ctypes
 import errno

@@ -293,7 +293,7 @@ def _ip_key(item) -> tuple:
 def check(config: vc.VtepConfig, host: HostState, management: dict[str, str] | None = None) -> list[DesiredVni]:
     """The rules of the Linux realisation on top of validate(); raises LinuxVtepError listing every problem, each
     naming the item's path in the document. management: the interfaces the host is managed through, which no port
-    may be (host.management_interfaces(); None: allowed)."""
+    may be (host/management.py: management_interfaces(); None: allowed)."""
     problems: list[str] = []
     tunnels = {t.port: t for t in config.tunnel_ports}
     for t in config.tunnel_ports:
