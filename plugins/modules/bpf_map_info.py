@@ -84,6 +84,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_layout, libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 
 
 def read_map(path: str, per_cpu: bool, skip_zero: bool) -> dict:
@@ -132,6 +133,9 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    for key in ("instance", "map"):
+        if p[key] is not None and (bad := names.instance_name_problem(p[key])):
+            module.fail_json(msg=f"{key}: {bad}")
     path = p["path"] or os.path.join(p["pin_root"], p["instance"], "maps", p["map"])
     try:
         result = read_map(path, p["per_cpu"], p["skip_zero"])

@@ -39,6 +39,8 @@ description:
     nothing else.
   - The tunnel port must already carry I(local_ip). The module checks this; it does not add underlay addresses or
     routes, and never changes the tunnel port.
+  - No tunnel port or access port may be the interface the host is managed through, unless
+    I(allow_management_port) says so.
   - Access ports are enslaved to the VNI's bridge and brought up. They are released from the bridge when they leave
     the document, and left up. An access port that belongs to a bridge or bond this module did not make is refused.
 author:
@@ -62,6 +64,14 @@ options:
         neighbour tables.
       - Required with I(state=present).
     type: dict
+  allow_management_port:
+    description:
+      - Allow a tunnel port, access port or trunk that is the interface this host is managed through. That is the
+        interface carrying the address of the SSH session the module runs in (the server address of
+        C(SSH_CONNECTION)), or, in a run without SSH, the interface of a default route. A VTEP port takes over its
+        interface's traffic, so such a document is refused unless this is C(true).
+    type: bool
+    default: false
   state:
     description:
       - C(present) makes the host match I(config). C(absent) removes every bridge and vxlan device this module
@@ -166,6 +176,7 @@ def main() -> None:
             "config": {"type": "dict"},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "state_dir": {"type": "path", "default": "/var/lib/xdpfleet"},
+            "allow_management_port": {"type": "bool", "default": False},
         },
         required_if=[("state", "present", ["config"])],
         supports_check_mode=True,
@@ -176,7 +187,7 @@ def main() -> None:
     with lv.open_ipr() as ipr:
         try:
             if p["state"] == "present":
-                result = lv.deploy(ipr, p["config"], p["state_dir"], module.check_mode)
+                result = lv.deploy(ipr, p["config"], p["state_dir"], module.check_mode, p["allow_management_port"])
             else:
                 result = lv.remove(ipr, p["state_dir"], module.check_mode)
         except lv.MissingLibrary as exc:

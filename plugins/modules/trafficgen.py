@@ -49,7 +49,7 @@ options:
     required: true
   interface:
     description:
-      - The interface to send from, or to echo on.
+      - The interface to send from, or to echo on. Its name also names the echo server's pins and the sender's files.
     type: str
     required: true
   state:
@@ -239,6 +239,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import echo, sender
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
@@ -289,6 +290,8 @@ def main() -> None:
         mutually_exclusive=[("cpus", "threads")],
         supports_check_mode=True,
     )
+    if bad := names.ifname_problem(module.params["interface"]):
+        module.fail_json(msg=f"interface: {bad}")
     try:
         result = run(module)
     except pt.TemplateError as exc:

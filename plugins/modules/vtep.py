@@ -38,7 +38,12 @@ description:
     an access port as it came. So all trunks of such a VNI use the same VID, the VNI has either access ports or
     trunks on a host, not both, and its tunnel ports' MTU must hold the 4-byte tag as well."
   - The document is validated before anything changes, by a JSON Schema and by the rules a schema cannot
-    express. Every error names the field and the rule.
+    express. Every error names the field and the rule. Each tunnel port must already have its C(local_ip) (the
+    module adds no addresses). No port may be the interface the host is managed through, unless
+    I(allow_management_port) says so. The configuration must fit the data plane's maps (their sizes in the
+    loaded object), also while an update adds new entries before it removes old ones.
+  - A write the kernel refuses half-way is undone, every map entry and member group as it was. The module says
+    C(previous state restored) only then; when the undo fails too it says so and names what it could not restore.
   - "Apply compiles the document into map contents and reads the pinned maps. It writes only the difference,
     adding members before removing others, so a VID-to-VNI change needs no reload. It reports C(changed=false)
     when nothing differs, and the diff in words (C(+VNI 100: access port acc100))."
@@ -51,7 +56,10 @@ requirements:
   - pyroute2 and jsonschema on the host; clang when compiling I(source)
 options:
   name:
-    description: Name of the VTEP instance. Its pins live under C(/sys/fs/bpf/xdpfleet/<name>).
+    description:
+      - Name of the VTEP instance. Its pins live under C(/sys/fs/bpf/xdpfleet/<name>), its state file is
+        C(<state_dir>/programs/<name>.json).
+      - 1-64 letters, digits, C(_), C(.) or C(-), starting with a letter or digit.
     type: str
     default: vtep
   state:
@@ -71,6 +79,14 @@ options:
         VNIs together, 16 to 1048576, default 65536)."
       - Required with I(state=present).
     type: dict
+  allow_management_port:
+    description:
+      - Allow a tunnel port, access port or trunk that is the interface this host is managed through. That is the
+        interface carrying the address of the SSH session the module runs in (the server address of
+        C(SSH_CONNECTION)), or, in a run without SSH, the interface of a default route. A VTEP port takes over its
+        interface's traffic, so such a document is refused unless this is C(true).
+    type: bool
+    default: false
   mode:
     description: XDP mode of the ingress program on every VTEP port.
     type: str
@@ -208,6 +224,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
 
 
@@ -226,6 +243,8 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
             p["neighbour_timeout"],
             check_mode=module.check_mode,
             build_dir=module.tmpdir if module.check_mode else None,
+            check_host=True,
+            allow_management_port=p["allow_management_port"],
         )
     except vd.VtepError as exc:
         if exc.problems:
@@ -239,6 +258,7 @@ def main() -> None:
             "name": {"type": "str", "default": "vtep"},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "config": {"type": "dict"},
+            "allow_management_port": {"type": "bool", "default": False},
             "mode": {"type": "str", "choices": ["native", "generic"], "default": "native"},
             "source": {"type": "path", "default": vd.VTEP_SOURCE},
             "include_dirs": {"type": "list", "elements": "path", "default": vd.VTEP_INCLUDE_DIRS},
@@ -247,6 +267,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    if bad := names.instance_name_problem(module.params["name"]):
+        module.fail_json(msg=f"name: {bad}")
     paths = xp.InstancePaths(module.params["name"], module.params["pin_root"], module.params["state_dir"])
     if module.params["state"] == "present":
         module.exit_json(**present(module, paths))

@@ -30,7 +30,7 @@ requirements:
   - libbpf.so.1, bpffs at /sys/fs/bpf
 options:
   name:
-    description: Name of the VTEP instance (the I(name) given to M(xdpfleet.fabric.vtep)).
+    description: Name of the VTEP instance (the I(name) given to M(xdpfleet.fabric.vtep), and its rules).
     type: str
     default: vtep
   pin_root:
@@ -90,6 +90,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
 
 
@@ -101,6 +102,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    if bad := names.instance_name_problem(module.params["name"]):
+        module.fail_json(msg=f"name: {bad}")
     paths = xp.InstancePaths(module.params["name"], module.params["pin_root"])
     try:
         counters = vd.read_counters(paths)

@@ -38,6 +38,7 @@ options:
   name:
     description:
       - Name of this program instance on the host. It is used in pin paths and the state file.
+      - 1-64 letters, digits, C(_), C(.) or C(-), starting with a letter or digit.
     type: str
     required: true
   state:
@@ -174,20 +175,18 @@ state_file:
 """
 
 import os
-import re
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
-
-NAME_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 
 
 def validate(module: AnsibleModule) -> None:
     p = module.params
-    if not NAME_RULE.match(p["name"]):
-        module.fail_json(msg=f"name: {p['name']!r} must be 1-64 letters, digits, '_', '.' or '-', starting alnum")
+    if bad := names.instance_name_problem(p["name"]):
+        module.fail_json(msg=f"name: {bad}")
     if p["state"] == "absent":
         return
     if not p["interfaces"]:
@@ -201,6 +200,9 @@ def validate(module: AnsibleModule) -> None:
             p["constants"][key] = value if isinstance(value, int) else int(str(value), 0)
         except ValueError:
             module.fail_json(msg=f"constants.{key}: {value!r} is not an integer")
+    for i, ifname in enumerate(p["interfaces"]):
+        if bad := names.ifname_problem(ifname):
+            module.fail_json(msg=f"interfaces[{i}]: {bad}")
     missing = [i for i in p["interfaces"] if not xp.ifindex_of(i)]
     if missing:
         module.fail_json(msg=f"interfaces: no such interface on this host: {', '.join(missing)}")

@@ -306,8 +306,22 @@ INVALID = [
         "ifname-too-long",
         _set(["vnis", 0, "access_ports", 0], "a" * 16),
         "vnis[0].access_ports[0]",
-        "is not a valid interface name (1..15 characters, no '/', ':' or whitespace",
+        "is not a valid interface name (1..15 bytes (UTF-8), no '/', ':' or whitespace",
     ),
+    (  # a pattern's $ matches before a trailing newline
+        "ifname-trailing-newline",
+        _set(["vnis", 0, "access_ports", 0], "acc100\n"),
+        "vnis[0].access_ports[0]",
+        '"acc100\\n" is not a valid interface name',
+    ),
+    (  # 8 characters, 16 bytes: IFNAMSIZ counts bytes
+        "ifname-multibyte",
+        _set(["vnis", 0, "access_ports", 0], "\u00e9" * 8),
+        "vnis[0].access_ports[0]",
+        "is not a valid interface name (1..15 bytes (UTF-8)",
+    ),
+    ("ifname-dotdot", _set(["tunnel_ports", 0, "port"], ".."), "tunnel_ports[0].port", '".." is not a valid'),
+    ("ifname-colon", _set(["vnis", 0, "peers", 0, "via"], "tun:b"), "vnis[0].peers[0].via", '"tun:b" is not a valid'),
     (
         "ifname-slash",
         _set(["vnis", 2, "trunks", 0, "port"], "eth0/1"),

@@ -669,8 +669,9 @@ class Map:
 
     def lookup_batch(self, chunk: int = 256) -> list[tuple[bytes, bytes]]:
         """Read the whole map with BPF_MAP_LOOKUP_BATCH, chunk entries per syscall."""
-        keys = ctypes.create_string_buffer(self.key_size * chunk)
-        values = ctypes.create_string_buffer(self.value_buffer_size * chunk)
+        key_size, value_size = self.key_size, self.value_buffer_size  # once: a property per entry costs seconds
+        keys = ctypes.create_string_buffer(key_size * chunk)
+        values = ctypes.create_string_buffer(value_size * chunk)
         # The batch token is opaque; the kernel needs room for the largest of key and a u32 bucket index.
         token_size = max(self.key_size, 8)
         in_batch = None
@@ -684,8 +685,8 @@ class Map:
                 _check(f"bpf_map_lookup_batch({self.name})", ret)
             raw_keys, raw_values = keys.raw, values.raw  # .raw copies the whole buffer: once per batch
             for n in range(count.value):
-                key = raw_keys[n * self.key_size : (n + 1) * self.key_size]
-                value = raw_values[n * self.value_buffer_size : (n + 1) * self.value_buffer_size]
+                key = raw_keys[n * key_size : (n + 1) * key_size]
+                value = raw_values[n * value_size : (n + 1) * value_size]
                 entries.append((key, value))
             if ret == -errno.ENOENT:  # the kernel's way of saying "that was the last batch"
                 return entries

@@ -14,6 +14,8 @@ import ipaddress
 import json
 from typing import Any
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
+
 _TYPE_WORDS = {
     "object": "a mapping",
     "array": "a list",
@@ -123,12 +125,22 @@ def _document_order(parts) -> tuple:
     return tuple((0, part, "") if isinstance(part, int) else (1, 0, str(part)) for part in parts)
 
 
+def format_checker():
+    """The draft's formats, and "ifname": a Linux interface name by the kernel's rules, which a pattern cannot
+    say (its limit is in bytes, and a pattern's $ lets a trailing newline through)."""
+    from jsonschema import Draft202012Validator, FormatChecker
+
+    checker = FormatChecker(list(Draft202012Validator.FORMAT_CHECKER.checkers))
+    checker.checks("ifname")(lambda value: not isinstance(value, str) or names.ifname_problem(value) is None)
+    return checker
+
+
 def validation_errors(schema: dict, document: Any) -> list:
     """jsonschema's errors of `document`, in document order of their paths. Needs jsonschema, imported here so that
     callers import on a host without it."""
     from jsonschema import Draft202012Validator
 
-    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    validator = Draft202012Validator(schema, format_checker=format_checker())
     return sorted(validator.iter_errors(document), key=lambda e: (_document_order(e.absolute_path), e.validator))
 
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import schema as schema_words
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.names import IFNAME_RULE
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
     FDB_AGING_DEFAULT,
     FDB_AGING_MAX,
@@ -64,7 +65,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
 VLAN_TAG_LEN = 4
 VNI_MIN, VNI_MAX = 1, 16777215
 VID_MIN, VID_MAX = 1, 4094
-IFNAME_MAX = 15  # IFNAMSIZ - 1
 VLAN_MODES = ("translate", "preserve")
 
 
@@ -169,11 +169,9 @@ class InterfaceFacts:
 
 _IFNAME = {
     "title": "interface name",
-    "description": f"1..{IFNAME_MAX} characters, no '/', ':' or whitespace, not '.' or '..'",
+    "description": IFNAME_RULE,
     "type": "string",
-    "minLength": 1,
-    "maxLength": IFNAME_MAX,
-    "pattern": r"^(?!\.\.?$)[^/:\s]+$",
+    "format": "ifname",  # common/schema.py's format checker applies the kernel's rules (names.ifname_problem)
 }
 _IPV4 = {
     "title": "IPv4 address",
@@ -663,6 +661,45 @@ def _mtu_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> list
                 f"tunnel_ports[{i}].port: {name} has MTU {mtu}, below {needed} needed for VNI {vni} ({why}){more}"
             )
     return problems
+
+
+# --- Rules against the host's addresses (both backends, after validate()) ---------------------------------------
+
+ALLOW_MANAGEMENT_PORT = "allow_management_port"  # the modules' option that lifts management_port_problems
+
+
+def tunnel_address_problems(config: VtepConfig, addresses: dict[str, set[str]]) -> list[str]:
+    """A tunnel port sends VXLAN from its local_ip, so the port must have it (addresses: interface -> its
+    addresses; a port not in it is not on the host, which is another problem). Neither backend adds underlay
+    addresses."""
+    return [
+        f"{t.path}.local_ip: {t.local_ip} is not an address of {t.port} "
+        "(this module does not add underlay addresses: configure them first)"
+        for t in config.tunnel_ports
+        if t.port in addresses and t.local_ip not in addresses[t.port]
+    ]
+
+
+def management_port_problems(config: VtepConfig, management: dict[str, str]) -> list[str]:
+    """A VTEP port takes over its interface's traffic, so the interface the host is managed through (management:
+    interface -> why it is that one) is not one unless the user says so; one problem per port, at its first use."""
+    uses = [(t.port, f"{t.path}.port") for t in config.tunnel_ports]
+    for vni in config.vnis:
+        uses += [(a.port, a.path) for a in vni.access_ports] + [(t.port, f"{t.path}.port") for t in vni.trunks]
+    problems, seen = [], set()
+    for port, path in sorted(uses, key=lambda use: _document_order_of(use[1])):
+        if port in management and port not in seen:
+            seen.add(port)
+            problems.append(
+                f"{path}: {port} {management[port]}: a VTEP port takes over its traffic, which could cut this host "
+                f"off; set {ALLOW_MANAGEMENT_PORT}: true to use it anyway"
+            )
+    return problems
+
+
+def _document_order_of(path: str) -> list:
+    """A model item's path (vnis[2].trunks[0]) as a sort key in document order."""
+    return [int(part) if part.isdigit() else part for part in path.replace("]", "").replace("[", ".").split(".")]
 
 
 # --- The model --------------------------------------------------------------------------------------------------

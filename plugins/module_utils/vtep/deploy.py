@@ -23,6 +23,8 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import
     ConfigError,
     InterfaceFacts,
     VtepConfig,
+    management_port_problems,
+    tunnel_address_problems,
     validate,
 )
 
@@ -81,6 +83,21 @@ def read_counters(paths: xp.InstancePaths) -> dict | None:
             m.close()
 
 
+def host_problems(config: VtepConfig, allow_management_port: bool) -> list[str]:
+    """The document against the host's addresses: every tunnel port has its local_ip, and (unless allowed) no port
+    is the interface the host is managed through."""
+    from pyroute2 import IPRoute
+
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import management
+
+    with IPRoute() as ipr:
+        addresses = management.interface_addresses(ipr)
+        problems = tunnel_address_problems(config, addresses)
+        if not allow_management_port:
+            problems += management_port_problems(config, management.management_interfaces(ipr, os.environ, addresses))
+    return problems
+
+
 def resolve_peer_macs(config: VtepConfig, ports: dict[str, plan.Port], timeout: float) -> dict[tuple[int, str], str]:
     """The next-hop MAC of every peer given without one, from the host's routes and neighbour table."""
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError, resolve
@@ -121,11 +138,16 @@ def deploy(
     neighbour_timeout: float = NEIGHBOUR_TIMEOUT,
     check_mode: bool = False,
     build_dir: str | None = None,
+    check_host: bool = False,
+    allow_management_port: bool = False,
 ) -> dict:
     """Make the VTEP instance match `document`; returns the module result (changed, changes, program, facts, diff).
 
     build_dir: where a compile that misses the cache goes in check mode (the cache stays as it was).
-    Raises VtepError; nothing on the host changed unless the message says the previous state was restored.
+    check_host: also hold the document against the host's addresses (host_problems()), as the vtep module does; a
+    restore does not, its document passed them when it was applied (and at boot the addresses may come later).
+    Raises VtepError; nothing on the host changed unless the message says the previous state was restored, or
+    that it could not be (and what was not).
     """
     include_dirs = VTEP_INCLUDE_DIRS if include_dirs is None else include_dirs
     ports = host_ports()
@@ -134,6 +156,9 @@ def deploy(
         config = validate(document, facts)
     except ConfigError as exc:
         raise VtepError(str(exc), exc.problems) from exc
+    if check_host and (problems := host_problems(config, allow_management_port)):
+        listed = "\n".join(f"- {p}" for p in problems)
+        raise VtepError(f"the VTEP configuration does not fit this host:\n{listed}", problems)
     if (no_bpffs := xp.bpffs_problem()):
         raise VtepError(no_bpffs)
     peer_macs = resolve_peer_macs(config, ports, neighbour_timeout)
@@ -167,6 +192,12 @@ def deploy(
                     instance.apply(attach_plan)
         except plan.DoesNotFit as exc:
             raise VtepError(f"the VTEP configuration does not fit the data plane, nothing was changed: {exc}") from exc
+        except writer.RollbackError as exc:
+            raise VtepError(
+                f"applying the VTEP configuration failed and the previous state could NOT be restored: {exc.cause}; "
+                f"not restored: {'; '.join(exc.unrestored)}. The VTEP may forward wrongly until the configuration "
+                "is applied again"
+            ) from exc
         except (writer.WriteError, libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
             raise VtepError(f"applying the VTEP configuration failed, previous state restored: {exc}") from exc
         if changed and not check_mode:

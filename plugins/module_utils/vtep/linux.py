@@ -35,6 +35,7 @@ import socket
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import management as host_management
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import FDB_SIZE_DEFAULT, VXLAN_PORT
 
@@ -289,20 +290,18 @@ def _ip_key(item) -> tuple:
     return (ipaddress.ip_address(ip).version, int(ipaddress.ip_address(ip)))
 
 
-def check(config: vc.VtepConfig, host: HostState) -> list[DesiredVni]:
+def check(config: vc.VtepConfig, host: HostState, management: dict[str, str] | None = None) -> list[DesiredVni]:
     """The rules of the Linux realisation on top of validate(); raises LinuxVtepError listing every problem, each
-    naming the item's path in the document."""
+    naming the item's path in the document. management: the interfaces the host is managed through, which no port
+    may be (host/management.py: management_interfaces(); None: allowed)."""
     problems: list[str] = []
     tunnels = {t.port: t for t in config.tunnel_ports}
     for t in config.tunnel_ports:
-        link = host.links.get(t.port)
-        if link is None:
+        if t.port not in host.links:
             problems.append(f"{t.path}.port: no interface {t.port} on this host")
-        elif t.local_ip not in host.addresses.get(link.index, set()):
-            problems.append(
-                f"{t.path}.local_ip: {t.local_ip} is not an address of {t.port} "
-                "(this module does not add underlay addresses: configure them first)"
-            )
+    addresses = {name: host.addresses.get(link.index, set()) for name, link in host.links.items()}
+    problems += vc.tunnel_address_problems(config, addresses)
+    problems += vc.management_port_problems(config, management or {})
     if config.fdb_size != FDB_SIZE_DEFAULT:
         problems.append(
             f"fdb_size: the Linux baseline cannot bound its learned MACs to {config.fdb_size} (each VNI's bridge "
@@ -885,7 +884,7 @@ def changes(steps: list[Step]) -> Changes:
     return out
 
 
-def deploy(ipr, document, state_dir: str, check_mode: bool) -> dict:
+def deploy(ipr, document, state_dir: str, check_mode: bool, allow_management_port: bool) -> dict:
     """Make the host match `document` (state=present): validate, check, plan, apply (not in check mode) and record
     the devices. Returns the module result: changed, changes, diff, vnis (what the host has afterwards; in check
     mode, what it would have) and state_file.
@@ -898,7 +897,11 @@ def deploy(ipr, document, state_dir: str, check_mode: bool) -> dict:
         raise LinuxVtepError(exc.problems, msg=str(exc)) from None
     except ImportError:
         raise MissingLibrary("jsonschema") from None
-    desired = check(config, host)
+    if allow_management_port:
+        management = None
+    else:
+        management = host_management.management_interfaces(ipr, os.environ, host_management.interface_addresses(ipr))
+    desired = check(config, host, management)
     steps = plan(desired, host)
     if steps and not check_mode:
         apply(ipr, steps)

@@ -30,6 +30,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
 )
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import (
+    ARRAY_MAPS,
     CONFIG_MAPS,
     DEVMAP_FRAME_ALLOWANCE,
     ETH_HLEN,
@@ -351,3 +352,52 @@ def diff(current: MapContents, desired: MapContents) -> MapDiff:
 def _fresh_slots(have: dict[int, int], want: dict[int, int]) -> list[int]:
     """The counter slots that start counting for a port or VNI, also one a removed port or VNI leaves behind."""
     return sorted({slot for key, slot in want.items() if have.get(key) != slot})
+
+
+# What fills each configuration map, in the document's terms (for DoesNotFit).
+MAP_CONTENTS = {
+    "port_config": "ports (tunnel_ports, access_ports and trunks), by ifindex",
+    "vlan_bindings": "trunk bindings (vnis[].trunks)",
+    "port_vnis": "VNIs on ports (vnis[].access_ports, vnis[].trunks, and each tunnel port the peers of a VNI are via)",
+    "tunnel_peers": "peers (vnis[].peers)",
+    "flood_settings": "VNIs (vnis)",
+    "peer_admission": "peers (vnis[].peers)",
+    "fdb_static": "static FDB entries (vnis[].fdb)",
+    "settings": "VTEP settings",
+}
+
+
+def capacity_problems(current: MapContents, desired: MapContents, capacity: dict[str, int]) -> list[str]:
+    """Every configuration map the desired contents overflow, given each map's max_entries (the loaded object's):
+    an array indexed beyond it, a hash map with more entries, or one that would hold more while an update adds
+    its new entries before removing the old ones. Each problem names the document item of the first entry that
+    does not fit."""
+    problems = []
+    for name, want in desired.entries.items():
+        limit, what = capacity[name], MAP_CONTENTS[name]
+        where = f"max_entries of {name} in the data plane"
+        if name in ARRAY_MAPS:
+            beyond = [key for key in want if int.from_bytes(key, "little") >= limit]
+            if beyond:
+                index = int.from_bytes(beyond[0], "little")
+                problems.append(
+                    f"{desired.origins[(name, beyond[0])]}: {what} needs index {index} of {name}, beyond its "
+                    f"{limit} entries ({where})"
+                )
+        elif len(want) > limit:
+            first = list(want)[limit]
+            problems.append(
+                f"{desired.origins[(name, first)]}: the document needs {len(want)} entries of {name} for its {what}, "
+                f"above the data plane's limit of {limit} ({where})"
+            )
+        else:
+            have = current.entries[name]
+            added = [key for key in want if key not in have]
+            if len(have) + len(added) > limit:
+                going = sum(1 for key in have if key not in want)
+                problems.append(
+                    f"{desired.origins[(name, added[0])]}: the update adds {len(added)} entries to {name} ({what}) "
+                    f"before removing the {going} that go, and {name} holds {limit} at most ({where}): apply a "
+                    "document without the items that go first, then this one"
+                )
+    return problems

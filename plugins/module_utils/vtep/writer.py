@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
+from typing import Callable
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap
@@ -37,6 +38,19 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts impor
 class WriteError(RuntimeError):
     """The kernel refused a write; the message names the document item the entry comes from. Raised after the
     writes made so far were undone."""
+
+
+class RollbackError(RuntimeError):
+    """Undoing an update that failed half-way failed in part: the maps hold neither the previous configuration nor
+    the new one. .cause says why the update was undone, .unrestored what could not be put back (each in words)."""
+
+    def __init__(self, cause: str, unrestored: list[str]):
+        self.cause = cause
+        self.unrestored = unrestored
+        super().__init__(
+            f"{cause}; undoing the writes made so far failed too, the VTEP's maps are half-programmed: could not "
+            f"restore {'; '.join(unrestored)}"
+        )
 
 
 def _inner(group_ref: bytes) -> libbpf.Map:
@@ -99,14 +113,21 @@ def _refused(origin: str | None, what: str):
 
 
 class Writer:
-    """Applies a MapDiff; remembers how to undo each step, so a failure half-way restores the previous state."""
+    """Applies a MapDiff; remembers how to undo each write (the old value, an old group or egress program by fd),
+    so a failure half-way puts back every byte the update changed, except fdb_generation, which moves on (the CPUs'
+    cached FDB lookups are stale either way)."""
 
     def __init__(self, maps: dict[str, libbpf.Map], current: plan.MapContents, egress_fd: int):
         self.maps = maps
         self.current = current
         self.egress_fd = egress_fd
-        self.undo: list = []
+        self.undo: list[tuple[str, Callable[[], None]]] = []  # (what it restores, in words; the write that does)
         self._open: list[int] = []
+
+    def _keep(self, fd: int) -> int:
+        """An fd the undo may need (an old group, an old egress program): open until close()."""
+        self._open.append(fd)
+        return fd
 
     def _remove(self, name: str, key: bytes) -> None:
         m = self.maps[name]
@@ -115,17 +136,30 @@ class Writer:
         else:
             m.delete(key)
 
-    def _put(self, name: str, key: bytes, value: bytes) -> None:
+    def _restore(self, name: str, key: bytes, old: bytes | None) -> None:
+        if old is None:
+            self._remove(name, key)
+        else:
+            self.maps[name].update(key, old)
+
+    def _put(self, name: str, key: bytes, value: bytes, origin: str | None) -> None:
         old = self.current.entries.get(name, {}).get(key)
-        m = self.maps[name]
-        m.update(key, value)
-        self.undo.append(lambda: m.update(key, old) if old is not None else self._remove(name, key))
+        self.maps[name].update(key, value)
+        where = f" ({origin})" if origin else ""
+        self.undo.append((f"{name} entry {key.hex()}{where}", lambda: self._restore(name, key, old)))
 
     def _delete(self, name: str, key: bytes) -> None:
         old = self.current.entries[name][key]
-        m = self.maps[name]
         self._remove(name, key)
-        self.undo.append(lambda: m.update(key, old))
+        self.undo.append((f"{name} entry {key.hex()}", lambda: self._restore(name, key, old)))
+
+    def _forget_learned(self, key: bytes) -> None:
+        """A learned entry of a MAC that now has a static one."""
+        learned = self.maps[LEARNED_FDB]
+        old = learned.lookup(key)
+        if old is not None:
+            learned.delete(key)
+            self.undo.append((f"learned FDB entry {key.hex()}", lambda: learned.update(key, old)))
 
     def _group(self, change: plan.GroupChange, fresh: bool) -> libbpf.Map:
         """The VNI's member group in the map of its size class, or (fresh) a new one that is not yet published."""
@@ -137,34 +171,43 @@ class Writer:
             group = libbpf.Map.from_fd(
                 libbpf.map_create(BPF_MAP_TYPE_DEVMAP_HASH, f"{change.kind}{change.vni}", 4, 8, size)
             )
-        self._open.append(group.fd)
+        self._keep(group.fd)
         return group
 
-    def _publish(self, change: plan.GroupChange, group: libbpf.Map) -> None:
-        outer, key = self.maps[GROUP_MAPS[(change.kind, change.size)]], u32(change.slot)
+    def _set_group(self, outer_name: str, slot: int, group_fd: int | None, words: str) -> None:
+        """Publish a group at a slot of an outer map (None: take the slot's group out), keeping the group it held
+        open, so that the undo can put that very group back (a group known by id cannot be written by fd)."""
+        outer, key = self.maps[outer_name], u32(slot)
         old = outer.lookup(key)
-        outer.update(key, u32(group.fd))
-        if old is None:
-            self.undo.append(lambda: outer.delete(key))
-        else:  # a group by id cannot be written back by fd: keep it open until the undo
-            previous = _inner(old)
-            self._open.append(previous.fd)
-            self.undo.append(lambda: outer.update(key, u32(previous.fd)))
+        previous = self._keep(libbpf.map_fd_by_id(int.from_bytes(old, "little"))) if old is not None else None
+        if group_fd is None:
+            if previous is None:
+                return
+            outer.delete(key)
+        else:
+            outer.update(key, u32(group_fd))
+        if previous is None:
+            self.undo.append((words, lambda: outer.delete(key)))
+        else:
+            self.undo.append((words, lambda: outer.update(key, u32(previous))))
 
-    def _member(self, group: libbpf.Map, member: int, ifindex: int) -> None:
+    def _set_member(self, group: libbpf.Map, member: int, ifindex: int | None, words: str) -> None:
+        """Write a member on the new egress program (None: remove it). The undo writes the old member back on its
+        own egress program, kept open by fd (a devmap entry names its program by id on lookup, by fd on update)."""
         key = u32(member)
         old = group.lookup(key)
-        group.update(key, bytes(DevmapVal(ifindex, self.egress_fd)))
         if old is None:
-            self.undo.append(lambda: group.delete(key))
-        # A changed member's old program is known by id only and cannot be written back by fd; undoing leaves it
-        # on the new egress program, which serves the old entries as well.
-
-    def _remove_member(self, group: libbpf.Map, change: plan.GroupChange, member: int) -> None:
-        key = u32(member)
-        readd = bytes(DevmapVal(self.current.groups[change.kind][change.vni][member], self.egress_fd))
-        group.delete(key)
-        self.undo.append(lambda: group.update(key, readd))
+            if ifindex is not None:
+                group.update(key, bytes(DevmapVal(ifindex, self.egress_fd)))
+                self.undo.append((words, lambda: group.delete(key)))
+            return
+        was = DevmapVal.from_buffer_copy(old)
+        back = bytes(DevmapVal(was.ifindex, self._keep(libbpf.prog_fd_by_id(was.prog))))
+        if ifindex is None:
+            group.delete(key)
+        else:
+            group.update(key, bytes(DevmapVal(ifindex, self.egress_fd)))
+        self.undo.append((words, lambda: group.update(key, back)))
 
     def _fdb_changed(self) -> None:
         generation = self.maps[FDB_GENERATION]
@@ -172,71 +215,93 @@ class Writer:
         generation.update(u32(0), ((now + USER_FDB_GENERATION_STEP) % (1 << 64)).to_bytes(8, "little"))
 
     def _zero(self, name: str, slots: list[int]) -> None:
-        m = self.maps[name]
-        zeros = bytes(m.value_buffer_size)
         for slot in slots:
-            m.update(u32(slot), zeros)
+            key = u32(slot)
+            old = self.maps[name].lookup(key)
+            self.maps[name].update(key, bytes(len(old)))
+            self.undo.append((f"{name} of slot {slot}", lambda key=key, old=old: self._restore(name, key, old)))
 
     def apply(self, d: plan.MapDiff) -> None:
-        """Raises WriteError (after undoing what was written) when the kernel refuses a write."""
-        origin = d.origins.get
+        """Raises WriteError (after undoing what was written) when the kernel refuses a write, RollbackError when
+        the undo fails in part."""
         try:
-            # Make before break: fresh counters, configuration entries, members in; then members out, removals.
-            with _refused(None, "clearing the counters of new ports and VNIs"):
-                self._zero("port_stats", d.fresh_port_slots)
-                self._zero("vni_stats", d.fresh_vni_slots)
-            for name, entries in d.upserts.items():
-                for key, value in entries.items():
-                    with _refused(origin((name, key)), f"writing {name}"):
-                        self._put(name, key, value)
-            for change in d.groups:
-                words = f"the {change.kind} group of VNI {change.vni}"
-                fresh = change.vni not in self.current.groups[change.kind] or change.moved_from is not None
-                with _refused(origin((change.kind, change.vni)), f"creating {words}"):
-                    group = self._group(change, fresh)
-                for member, ifindex in change.adds.items():
-                    with _refused(origin((change.kind, change.vni, member)), f"adding ifindex {ifindex} to {words}"):
-                        self._member(group, member, ifindex)
-                if fresh:  # a new group goes live only when complete
-                    with _refused(origin((change.kind, change.vni)), f"publishing {words}"):
-                        self._publish(change, group)
-            written = {(c.kind, c.size, c.slot) for c in d.groups}
-            for change in d.groups:
-                words = f"the {change.kind} group of VNI {change.vni}"
-                with _refused(origin((change.kind, change.vni)), f"updating {words}"):
-                    if change.moved_from:
-                        self.maps[GROUP_MAPS[(change.kind, change.moved_from)]].delete(u32(change.slot))
-                        continue
-                    group = self._group(change, fresh=False)
-                    for member in change.removes:
-                        self._remove_member(group, change, member)
-            for kind, vni, size, slot in d.groups_removed:
-                if (kind, size, slot) in written:  # the slot passed to a new VNI, whose group replaced this one
-                    continue
-                with _refused(None, f"removing the {kind} group of VNI {vni if vni is not None else '?'}"):
-                    self.maps[GROUP_MAPS[(kind, size)]].delete(u32(slot))
-            for name, keys in d.deletes.items():
-                with _refused(None, f"removing an entry of {name}"):
-                    for key in keys:
-                        self._delete(name, key)
-            # A static entry overrides what was learned for its MAC (learning never writes it again).
-            for key in d.upserts.get("fdb_static", {}):
-                self.maps[LEARNED_FDB].delete(key)
-            if d.upserts.get("fdb_static") or d.deletes.get("fdb_static"):
-                with _refused(None, "marking the FDB changed"):
-                    self._fdb_changed()
-        except WriteError:
-            self.rollback()
+            self._apply(d)
+        except BaseException as exc:
+            self.undo_after(exc)
             raise
 
-    def rollback(self) -> None:
-        """Undo what apply() wrote; also after apply() returned, when a later step (the attach) failed."""
-        if self.undo:  # what the CPUs looked up of fdb_static meanwhile is stale once it is back
-            self.undo.insert(0, self._fdb_changed)  # undone last
-        for step in reversed(self.undo):
-            with contextlib.suppress(libbpf.LibbpfError):  # best effort: the error that made us roll back is reported
+    def _apply(self, d: plan.MapDiff) -> None:
+        origin = d.origins.get
+        # Make before break: fresh counters, configuration entries, members in; then members out, removals.
+        with _refused(None, "clearing the counters of new ports and VNIs"):
+            self._zero("port_stats", d.fresh_port_slots)
+            self._zero("vni_stats", d.fresh_vni_slots)
+        for name, entries in d.upserts.items():
+            for key, value in entries.items():
+                with _refused(origin((name, key)), f"writing {name}"):
+                    self._put(name, key, value, origin((name, key)))
+        for change in d.groups:
+            words = f"the {change.kind} group of VNI {change.vni}"
+            fresh = change.vni not in self.current.groups[change.kind] or change.moved_from is not None
+            with _refused(origin((change.kind, change.vni)), f"creating {words}"):
+                group = self._group(change, fresh)
+            for member, ifindex in change.adds.items():
+                with _refused(origin((change.kind, change.vni, member)), f"adding ifindex {ifindex} to {words}"):
+                    if fresh:  # not live yet: taking back its publication is its undo
+                        group.update(u32(member), bytes(DevmapVal(ifindex, self.egress_fd)))
+                    else:
+                        self._set_member(group, member, ifindex, f"member {member} of {words}")
+            if fresh:  # a new group goes live only when complete
+                with _refused(origin((change.kind, change.vni)), f"publishing {words}"):
+                    self._set_group(GROUP_MAPS[(change.kind, change.size)], change.slot, group.fd, words)
+        written = {(c.kind, c.size, c.slot) for c in d.groups}
+        for change in d.groups:
+            words = f"the {change.kind} group of VNI {change.vni}"
+            with _refused(origin((change.kind, change.vni)), f"updating {words}"):
+                if change.moved_from:
+                    outer = GROUP_MAPS[(change.kind, change.moved_from)]
+                    self._set_group(outer, change.slot, None, f"{words} in {outer}")
+                    continue
+                group = self._group(change, fresh=False)
+                for member in change.removes:
+                    self._set_member(group, member, None, f"member {member} of {words}")
+        for kind, vni, size, slot in d.groups_removed:
+            if (kind, size, slot) in written:  # the slot passed to a new VNI, whose group replaced this one
+                continue
+            words = f"the {kind} group of VNI {vni if vni is not None else '?'}"
+            with _refused(None, f"removing {words}"):
+                self._set_group(GROUP_MAPS[(kind, size)], slot, None, words)
+        for name, keys in d.deletes.items():
+            with _refused(None, f"removing an entry of {name}"):
+                for key in keys:
+                    self._delete(name, key)
+        # A static entry overrides what was learned for its MAC (learning never writes it again).
+        with _refused(None, "removing the learned entries that static ones override"):
+            for key in d.upserts.get("fdb_static", {}):
+                self._forget_learned(key)
+        if d.upserts.get("fdb_static") or d.deletes.get("fdb_static"):
+            with _refused(None, "marking the FDB changed"):
+                self._fdb_changed()
+
+    def rollback(self) -> list[str]:
+        """Undo what apply() wrote; also after apply() returned, when a later step (the attach) failed. Every undo
+        step is tried; returns what could not be restored, in words (empty: every byte is back)."""
+        steps, self.undo = self.undo, []
+        if steps:  # what the CPUs looked up of fdb_static meanwhile is stale once it is back
+            steps.insert(0, ("the FDB generation", self._fdb_changed))  # undone last
+        unrestored = []
+        for what, step in reversed(steps):
+            try:
                 step()
-        self.undo.clear()
+            except (libbpf.LibbpfError, ValueError) as exc:
+                unrestored.append(f"{what} ({exc})")
+        return unrestored
+
+    def undo_after(self, exc: BaseException) -> None:
+        """Roll back because of exc; raises RollbackError (from exc) when something could not be restored."""
+        unrestored = self.rollback()
+        if unrestored:
+            raise RollbackError(str(exc) or type(exc).__name__, unrestored) from exc
 
     def close(self) -> None:
         for fd in self._open:
@@ -273,18 +338,22 @@ def update(
 
     Raises plan.DoesNotFit before anything is written, and WriteError after undoing a write the kernel refused.
     When the block raises (a later step such as the attach failed) the writes are undone and the error goes on.
+    When the undo fails in part, RollbackError (from the error that made it undo) names what is not back.
     Devmap members name their interface by ifindex in the caller's network namespace.
     """
     current = read(maps)
     desired = plan.compile_desired(config, ports, peer_macs, current, egress.info().tag)
     difference = plan.diff(current, desired)
+    overflows = plan.capacity_problems(current, desired, {name: maps[name].max_entries for name in CONFIG_MAPS})
+    if overflows:
+        raise plan.DoesNotFit("; ".join(overflows))
     with Writer(maps, current, egress.fd) as writer:
         if write:
             writer.apply(difference)
         try:
             yield Update(current, desired, difference)
-        except BaseException:  # also an interrupt: the maps go back to what the previous configuration wrote
-            writer.rollback()
+        except BaseException as exc:  # also an interrupt: the maps go back to what the previous configuration wrote
+            writer.undo_after(exc)
             raise
 
 
