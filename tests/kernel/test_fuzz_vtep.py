@@ -340,8 +340,11 @@ class Live:
         if config.vlan_mode == "preserve":
             ok = copy == exp.inner and int.from_bytes(copy[14:16], "big") & 0xFFF == binding.vid
         else:
-            ok = copy[:12] == exp.inner[:12] and copy[16:] == exp.inner[12:] and copy[12:14] == b"\x81\x00" and (
-                int.from_bytes(copy[14:16], "big") & 0xFFF == binding.vid
+            ok = (
+                copy[:12] == exp.inner[:12]
+                and copy[16:] == exp.inner[12:]
+                and copy[12:14] == b"\x81\x00"
+                and (int.from_bytes(copy[14:16], "big") & 0xFFF == binding.vid)
             )
         return None if ok else f"trunk copy not tagged with VID {binding.vid} of VNI {vni}"
 
@@ -395,8 +398,8 @@ def test_fuzz_vtep(vtep):
                 run.fail(index, where, frame, f"BPF_PROG_TEST_RUN failed: {e}")
             verdict = result.retval
             if verdict not in exp.verdicts:
-                run.fail(index, where, frame, f"{fz.VERDICTS[verdict] if verdict < 5 else verdict}, the model "
-                         f"allows {sorted(fz.VERDICTS[v] for v in exp.verdicts)} ({exp.why or f'VNI {exp.vni}'})")  # fmt: skip
+                allowed = sorted(fz.VERDICTS[v] for v in exp.verdicts)
+                run.fail(index, where, frame, f"verdict {verdict}, the model allows {allowed} ({exp.why or exp.vni})")
             now = counters.read()
             if now[0] - drops != (verdict == fz.XDP_DROP):
                 run.fail(index, where, frame, f"{fz.VERDICTS[verdict]}, drop counters moved by {now[0] - drops}")
@@ -423,7 +426,7 @@ def test_fuzz_vtep(vtep):
                     wanted, too_long = live.members(exp, port)
                     if len(copies) + now[0] - drops + too_long != wanted:
                         run.fail(index, where, frame, f"live: flooded to {wanted} members: {len(copies)} sent, "
-                                 f"{now[0] - drops} dropped and counted, {too_long} too long for the member")  # fmt: skip
+                                 f"{now[0] - drops} dropped and counted, {too_long} too long for theirs")  # fmt: skip
                     if too_long:
                         run.note("copies too long for a member, dropped by the kernel uncounted (KNOWN)")
                 run.note("live")
@@ -453,8 +456,8 @@ def test_a_peer_of_the_vni_behind_another_tunnel_port_is_not_admitted(vtep):
     inner = fz.ethernet(fz.BROADCAST, fz.mac("02:00:00:00:5b:01"), 0x0800) + bytes(46)
     before = drop_counts(vtep, "ul").get("not_peer", 0)
     with netns(vtep.name):
-        verdict = run_frame(vtep, vtep.obj.program("vtep_ingress").fd, "ul", 0,
-                            vxlan_frame("198.51.100.60", LOCAL_IPS["ul"], 100, inner, vtep.ports["ul"].mac), False)  # fmt: skip
+        frame = vxlan_frame("198.51.100.60", LOCAL_IPS["ul"], 100, inner, vtep.ports["ul"].mac)
+        verdict = run_frame(vtep, vtep.obj.program("vtep_ingress").fd, "ul", 0, frame, False)
     assert verdict.retval == fz.XDP_DROP
     assert drop_counts(vtep, "ul")["not_peer"] == before + 1
 
