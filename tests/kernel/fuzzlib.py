@@ -8,6 +8,7 @@ data plane; `make test` runs the same tests at DEFAULT_FRAMES.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import struct
@@ -116,6 +117,19 @@ def mutate(rng: random.Random, frame: bytes) -> bytes:
         else:
             data += rand_bytes(rng, rng.randint(1, 64))
     return bytes(data)
+
+
+@contextlib.contextmanager
+def one_cpu():
+    """Run the block on one CPU (BPF_PROG_TEST_RUN runs on the caller's: its per-CPU counters are the ones that
+    move); yields the CPU."""
+    allowed = os.sched_getaffinity(0)
+    cpu = min(allowed)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield cpu
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def truncations(frame: bytes):
