@@ -298,6 +298,13 @@ def check_out(run: fz.Run, index: int, where: str, frame: bytes, exp: Expect, ou
     run.fail(index, where, frame, f"redirected as {out.hex()}: not the Inner of VNI {vni}")
 
 
+# KNOWN, not fixed here (it needs the VNI's local members' limit apart from its tunnel ports' in flood_settings, which
+# the planner writes): a flooded frame carries a 4-byte short stamp when its Outer does not fit, and a copy longer
+# than its member's MTU + 18 is dropped by the kernel before the egress program runs, uncounted. A full-size tagged
+# frame (an access port's payload, a preserve trunk's frame) flooded to a member of the same MTU is lost that way.
+# The live check accounts for such copies apart (Live.members) and the run reports how many it saw.
+
+
 @dataclass
 class Live:
     """What the live run of a frame may send out of each port."""
@@ -427,8 +434,8 @@ def test_fuzz_vtep(vtep):
                     if len(copies) + now[0] - drops + too_long != wanted:
                         run.fail(index, where, frame, f"live: flooded to {wanted} members: {len(copies)} sent, "
                                  f"{now[0] - drops} dropped and counted, {too_long} too long for theirs")  # fmt: skip
-                    if too_long:
-                        run.note("copies too long for a member, dropped by the kernel uncounted (KNOWN)")
+                    if too_long:  # known, not fixed: see above class Live
+                        run.note("KNOWN: copies too long for a member, dropped uncounted by the kernel")
                 run.note("live")
                 drops, tx, rx = now
             index += 1
