@@ -65,16 +65,17 @@ def echo_addresses(addresses: list[str] | None, template) -> tuple[str, ...]:
 def echo_constants(mac: str, ports: tuple[int, int], addresses) -> dict[str, int]:
     """bpf/trafficgen/echo.c's .rodata: the host it answers for (its MAC; per IP family, the range from the lowest to
     the highest of `addresses`; a family with none gets an empty range) and the ports it echoes."""
-    constants = {"port_lo": ports[0], "port_hi": ports[1],
-                 "host_mac": int.from_bytes(bytes.fromhex(mac.replace(":", "")), "little")}  # fmt: skip
+    mac_bytes = bytes.fromhex(mac.replace(":", ""))
+    constants = {"port_lo": ports[0], "port_hi": ports[1], "host_mac": int.from_bytes(mac_bytes, "little")}
     parsed = [ipaddress.ip_address(a) for a in addresses]
     v4 = [int(a) for a in parsed if a.version == 4]
     v6 = [int(a) for a in parsed if a.version == 6]
     if v4:
         constants.update(ipv4_lo=min(v4), ipv4_hi=max(v4))
     if v6:
-        constants.update(ipv6_lo_high=min(v6) >> 64, ipv6_lo_low=min(v6) & (1 << 64) - 1,
-                         ipv6_hi_high=max(v6) >> 64, ipv6_hi_low=max(v6) & (1 << 64) - 1)  # fmt: skip
+        low, high = min(v6), max(v6)
+        constants.update(ipv6_lo_high=low >> 64, ipv6_lo_low=low & (1 << 64) - 1)
+        constants.update(ipv6_hi_high=high >> 64, ipv6_hi_low=high & (1 << 64) - 1)
     return constants
 
 
