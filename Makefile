@@ -2,6 +2,7 @@
 #
 #   make demo    bring up the network-namespace lab, run site.yml, print the report, tear the lab down
 #   make test    install what is missing, lint, run unit and integration tests
+#   make fuzz    fuzz every data plane with a million frames each
 #
 # Every target that needs them runs `deps` first; a re-run with nothing to do takes well under a second.
 
@@ -29,12 +30,13 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help deps apt-deps lint sanity build lab-down test demo clean abi
+.PHONY: help deps apt-deps lint sanity build lab-down test fuzz demo clean abi
 .PHONY: bench bench-vtep bench-trafficgen scale
 
 help:
 	@echo "make demo      lab up, site.yml, print the report, lab down (KEEP_LAB=1 keeps the lab)"
 	@echo "make test      deps, lint, then pytest tests (unit + integration; needs root)"
+	@echo "make fuzz      fuzz every data plane, FUZZ_FRAMES (1000000) frames each from FUZZ_SEED (needs root)"
 	@echo "make deps      Debian packages (only missing ones) and the .venv from pyproject.toml"
 	@echo "make lint      ruff, the host-Python checks (vermin), ansible-lint --profile production, make sanity"
 	@echo "make sanity    ansible-test sanity on the built collection (SANITY_ARGS=\"--test pylint\" passes options)"
@@ -120,6 +122,14 @@ test: deps lint
 SCALE_VTEPS ?= 12
 scale: deps
 	XDPFLEET_SCALE_VTEPS=$(SCALE_VTEPS) $(BIN)/python -m pytest -s $(CURDIR)/tests/scale
+
+# The data planes' fuzz tests at full size (`make test` runs them at tests/kernel/fuzzlib.py's DEFAULT_FRAMES, seed 1).
+# One process, output shown: each data plane prints its frames, seed and rate.
+FUZZ_FRAMES ?= 1000000
+FUZZ_SEED ?= $(shell date +%s)
+fuzz: deps
+	FUZZ_FRAMES=$(FUZZ_FRAMES) FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest -p no:xdist -s -q \
+		$(CURDIR)/tests/kernel/test_fuzz_*.py
 
 # The lab is torn down on exit, also after a failure or Ctrl-C, unless KEEP_LAB=1.
 demo: deps

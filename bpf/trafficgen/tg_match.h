@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * Test-frame matching for the traffic generator's receive programs: Ethernet, at most one 802.1Q tag, IPv4
- * (no options) or IPv6 (no extension headers), UDP. The generator never sends anything else, so frames that
- * do not parse this way are somebody else's and pass untouched.
+ * Test-frame matching for the traffic generator's receive programs: Ethernet, at most two VLAN tags, IPv4 (no
+ * options, not a fragment) or IPv6 (no extension headers), UDP. The generator never sends anything else, so frames
+ * that do not parse this way are somebody else's and pass untouched (a later fragment's payload is no UDP header).
  */
 #ifndef XDPFLEET_TG_MATCH_H
 #define XDPFLEET_TG_MATCH_H
@@ -28,7 +28,8 @@ static __always_inline int tg_parse(struct xdp_md *ctx, struct tg_frame *f)
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip4;
 
-		if (xf_parse_iphdr(&cur, data_end, &ip4) != IPPROTO_UDP || ip4->ihl != 5)
+		if (xf_parse_iphdr(&cur, data_end, &ip4) != IPPROTO_UDP || ip4->ihl != 5 ||
+		    ip4->frag_off & bpf_htons(0x3fff))
 			return -1;
 		f->l3 = ip4;
 		f->ipv6 = 0;

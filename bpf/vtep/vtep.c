@@ -37,6 +37,9 @@
 #define VXLAN_FLAG_VNI bpf_htonl(0x08000000)
 #define OUTER_TTL 64
 #define NO_VNI_SLOT 0xffff
+/* A redirected frame may be this much longer than its device's MTU (Ethernet header and one tag); the kernel drops a
+ * longer one before it reaches the device or an egress program (xdp_ok_fwd_dev). layouts.DEVMAP_FRAME_ALLOWANCE. */
+#define DEVICE_FRAME_ALLOWANCE 18
 
 struct vxlanhdr {
 	__be32 flags;
@@ -663,6 +666,10 @@ static __always_inline int send_local(struct xdp_md *ctx, struct frame *f, __u32
 	}
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
+	/* the kernel would drop a longer frame after the redirect, uncounted (a decapsulated frame may be longer than
+	 * a local port takes) */
+	if (data_end - data > port->mtu + DEVICE_FRAME_ALLOWANCE)
+		return drop(port->slot, f->vni_stats, DROP_MTU);
 	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
 	count_tx(f->vni_stats, data_end - data);
 	count_fdb(f, FDB_KNOWN_UNICAST);
@@ -849,7 +856,9 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 	sender.vni = key.vni;
 	sender.addr = ip->saddr;
 	peer = bpf_map_lookup_elem(&peer_admission, &sender);
-	if (!peer)
+	/* A peer of the VNI behind another tunnel port is not one here: learned here, its MACs would be sent to it
+	 * through this port, from this port's address. */
+	if (!peer || *peer - admitted->first_peer >= admitted->peers)
 		return drop(f->in_slot, f->vni_stats, DROP_NOT_PEER);
 
 	inner = (void *)(vxh + 1);

@@ -143,6 +143,13 @@ options:
       - I(mode=echo), the UDP destination ports echoed, C([low, high]). Default, the template's destination ports.
     type: list
     elements: int
+  addresses:
+    description:
+      - I(mode=echo), the IP addresses of this host that the echo server answers for. It echoes only frames to the
+        interface's MAC address and, per IP family, to an address from the lowest to the highest given here (a
+        broadcast or a frame for another host passes). Default, the template's destination addresses.
+    type: list
+    elements: str
   attach_mode:
     description:
       - XDP mode of the echo server and of the sender's return counter.
@@ -282,6 +289,7 @@ def main() -> None:
             "trial_seconds": {"type": "float", "default": 2},
             "max_trials": {"type": "int", "default": 10},
             "ports": {"type": "list", "elements": "int"},
+            "addresses": {"type": "list", "elements": "str"},
             "attach_mode": {"type": "str", "choices": ["native", "generic"], "default": "native"},
             "src_dir": {"type": "path", "default": "/var/lib/xdpfleet/src"},
             "run_dir": {"type": "path", "default": "/run/xdpfleet"},

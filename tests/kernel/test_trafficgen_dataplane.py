@@ -16,6 +16,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout imp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import XDP_PASS, xdp_return_program
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.echo import echo_constants
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and XDP need root")
 
@@ -47,12 +48,12 @@ class Pair:
         with netns(ns):
             self.sender_mac, self.echo_mac = port_facts(SENDER).mac, port_facts(ECHO).mac
 
-    def start_echo(self, ports: tuple[int, int]) -> None:
+    def start_echo(self, template: pt.Expanded) -> None:
         self.stop_echo()
         self.echo_obj = libbpf.BpfObject(compile_source("echo.c", self.cache_dir))
         for layout in tg.ECHO_LAYOUTS:
             layout.check_object(self.echo_obj)
-        set_rodata(self.echo_obj, {"port_lo": ports[0], "port_hi": ports[1]})
+        set_rodata(self.echo_obj, echo_constants(self.echo_mac, template.udp_dst_ports, template.dst_addresses))
         self.echo_obj.load()
         with netns(self.ns):
             self.echo_link = libbpf.xdp_link_create(
@@ -140,7 +141,7 @@ def checksums_valid(frame: bytes) -> bool:
 
 def test_below_capacity_every_frame_is_echoed_and_returned(pair):
     template = build(pair, "udp4-64flows")
-    pair.start_echo(template.udp_dst_ports)
+    pair.start_echo(template)
     with pair.sender(template, cpus=(0, 1)) as sender:
         run = pair.run(sender, seconds=1.0, rate_pps=20000)
     assert 10000 < run.sent < 25000, "about a second at 20000 frames/s"
@@ -151,7 +152,7 @@ def test_below_capacity_every_frame_is_echoed_and_returned(pair):
 
 def test_count_is_exact_and_rate_limit_holds(pair):
     template = build(pair, "udp4")
-    pair.start_echo(template.udp_dst_ports)
+    pair.start_echo(template)
     with pair.sender(template) as sender:
         counted = pair.run(sender, count=12345)
         paced = pair.run(sender, seconds=2.0, rate_pps=50000)
@@ -225,6 +226,6 @@ def test_the_veth_transmits_xdp_frames_only_while_its_peer_runs_xdp(pair):
     with pair.sender(template):
         with netns(pair.ns):
             assert tg.can_transmit_xdp(SENDER) is False
-        pair.start_echo(template.udp_dst_ports)
+        pair.start_echo(template)
         with netns(pair.ns):
             assert tg.can_transmit_xdp(SENDER) is True

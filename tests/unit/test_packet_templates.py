@@ -271,6 +271,15 @@ def test_udp_dst_ports_follow_the_outer_dst_variation():
     assert build(EXTRA["vni-udp-ports"]).udp_dst_ports == (4789, 4789)  # an inner dst sweep is not the outer
 
 
+def test_dst_addresses_are_the_outer_ip_destinations():
+    """The echo server answers for these (trafficgen echo's default addresses)."""
+    doc = {"name": "dst", "packets": [{"headers": _headers()}],
+           "variations": [{"field": "ipv4.dst", "range": ["198.51.100.20", "198.51.100.23"]}]}  # fmt: skip
+    assert build(doc).dst_addresses == tuple(f"198.51.100.{n}" for n in range(20, 24))
+    assert build(EXTRA["vni-udp-ports"]).dst_addresses == (_headers()[1]["ipv4"]["dst"],)  # not the inner's
+    assert build(pt.EXAMPLES["udp6"]).dst_addresses == ("2001:db8::2",)
+
+
 def test_raw_offset_variation_equals_named_field():
     raw = {"name": "raw", "packets": [{"headers": _headers()}],
            "variations": [{"offset": 34, "size": 2, "range": [1, 100]}]}

@@ -8,7 +8,8 @@ import sys
 import pytest
 from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import echo, sender
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.generator import TrafficgenError
 
 IGNORES_SIGTERM = (
     "import signal, time\n"
@@ -94,3 +95,12 @@ def test_without_pyroute2_the_module_imports_and_resolving_dst_mac_says_what_is_
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("dst_mac: not given and not resolvable: ")
     assert missing_required_lib("pyroute2") in run.stdout
+
+
+def test_the_echo_servers_addresses_are_given_or_the_templates():
+    assert echo.echo_addresses(None, "udp6") == ("2001:db8::2",)
+    assert echo.echo_addresses(["198.51.100.7"], "udp4") == ("198.51.100.7",)
+    with pytest.raises(TrafficgenError, match=r"^addresses\[1\]: '198.51.100' is not an IPv4 or IPv6 address$"):
+        echo.echo_addresses(["198.51.100.7", "198.51.100"], None)
+    with pytest.raises(TrafficgenError, match=r"^addresses: required with mode=echo when no template is given$"):
+        echo.echo_addresses(None, None)

@@ -5,6 +5,7 @@ as an ordinary program instance (bpf/program.py), named tg-echo-<interface>, and
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
@@ -45,6 +46,39 @@ def echo_ports(ports: list[int] | None, template) -> tuple[int, int]:
     return pt.build(doc, src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02").udp_dst_ports
 
 
+def echo_addresses(addresses: list[str] | None, template) -> tuple[str, ...]:
+    """The IP addresses the echo server answers for: `addresses`, else the template's destination addresses."""
+    if addresses:
+        for n, text in enumerate(addresses):
+            try:
+                ipaddress.ip_address(text)
+            except ValueError:
+                raise tg.TrafficgenError(f"addresses[{n}]: {text!r} is not an IPv4 or IPv6 address") from None
+        return tuple(addresses)
+    if template is None:
+        raise tg.TrafficgenError("addresses: required with mode=echo when no template is given")
+    doc = pt.document(template)
+    pt.validate(doc)
+    return pt.build(doc, src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02").dst_addresses
+
+
+def echo_constants(mac: str, ports: tuple[int, int], addresses) -> dict[str, int]:
+    """bpf/trafficgen/echo.c's .rodata: the host it answers for (its MAC; per IP family, the range from the lowest to
+    the highest of `addresses`; a family with none gets an empty range) and the ports it echoes."""
+    mac_bytes = bytes.fromhex(mac.replace(":", ""))
+    constants = {"port_lo": ports[0], "port_hi": ports[1], "host_mac": int.from_bytes(mac_bytes, "little")}
+    parsed = [ipaddress.ip_address(a) for a in addresses]
+    v4 = [int(a) for a in parsed if a.version == 4]
+    v6 = [int(a) for a in parsed if a.version == 6]
+    if v4:
+        constants.update(ipv4_lo=min(v4), ipv4_hi=max(v4))
+    if v6:
+        low, high = min(v6), max(v6)
+        constants.update(ipv6_lo_high=low >> 64, ipv6_lo_low=low & (1 << 64) - 1)
+        constants.update(ipv6_hi_high=high >> 64, ipv6_hi_low=high & (1 << 64) - 1)
+    return constants
+
+
 def present(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
     """mode=echo, state=present, with the module's parameters `p`: attach the echo server (or keep it). Returns the
     module result. Raises pt.TemplateError, TrafficgenError, bpf_build.CompileError or xp.XdpProgramError."""
@@ -53,15 +87,26 @@ def present(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
     if not netdev.exists(ifname):
         raise tg.TrafficgenError(f"interface: {ifname} does not exist on this host")
     lo, hi = echo_ports(p["ports"], p["template"])
+    addresses = echo_addresses(p["addresses"], p["template"])
     environment, _warnings = tg.preflight(ifname, 1)
+    if not environment.get("mac"):
+        raise tg.TrafficgenError(f"interface: {ifname} has no MAC address: the echo server answers frames to it")
     if (no_bpffs := xp.bpffs_problem()):
         raise tg.TrafficgenError(no_bpffs)
-    result = {"ports": [lo, hi], "environment": environment, "host": os.uname().nodename, "interface": ifname}
+    result = {
+        "ports": [lo, hi],
+        "addresses": list(addresses),
+        "environment": environment,
+        "host": os.uname().nodename,
+        "interface": ifname,
+    }
     object_path = compile_source(p["src_dir"], p["cache_dir"], "echo.c", check_mode, build_dir)
     if object_path is None:
         changes = Changes(f"echo {paths.name}")
         changes.add(
-            f"{ifname}: attach the echo server (ports {lo}-{hi})", key=ifname, after=f"{ifname}: echo server"
+            f"{ifname}: attach the echo server (ports {lo}-{hi}, addresses {', '.join(addresses)})",
+            key=ifname,
+            after=f"{ifname}: echo server",
         )
         return {**result, **changes.result(), "counters": None}
     done = xp.converge(
@@ -69,7 +114,7 @@ def present(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
         object_path,
         "xdp_echo",
         p["attach_mode"],
-        {"port_lo": lo, "port_hi": hi},
+        echo_constants(environment["mac"], (lo, hi), addresses),
         [ifname],
         os.path.join(p["src_dir"], "trafficgen", "echo.c"),
         build={"include_dirs": [os.path.join(p["src_dir"], "include")], "defines": {}},

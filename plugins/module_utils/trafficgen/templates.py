@@ -164,6 +164,7 @@ class Expanded:
     udp_dst_ports: tuple[int, int]
     flows: int
     frame_sizes: tuple[int, ...]
+    dst_addresses: tuple[str, ...] = ()  # the outer IP destinations of the entries, each once: the echo host's
 
     def frame(self, k: int) -> bytes:
         entry = self.entries[k]
@@ -461,7 +462,8 @@ def build(doc: dict, *, src_mac: str | None = None, dst_mac: str | None = None) 
             shuffle.shuffle(cycles[-1])
     checksums = [layout.checksums() for layout in plan.layouts]
     outer_dst = [layout.find("udp", 0) + 2 for layout in plan.layouts]
-    flows, entries, ports = math.prod(map(len, cycles)), [], set()
+    outer_ip = [_outer_ip_dst(layout) for layout in plan.layouts]
+    flows, entries, ports, addresses = math.prod(map(len, cycles)), [], set(), set()
     for combo in range(flows):
         values, stride, made = [], 1, {}
         for cycle in cycles:  # the first rule varies fastest
@@ -473,12 +475,21 @@ def build(doc: dict, *, src_mac: str | None = None, dst_mac: str | None = None) 
                 head = _apply(window, plan.rules, b, values, checksums[b])
                 made[b] = Entry(b, _writes(window, head))
                 ports.add(_word(head, outer_dst[b]))
+                at, size = outer_ip[b]
+                addresses.add(ipaddress.ip_address(bytes(head[at : at + size])))
                 if len(made[b].diffs) > DIFFS_MAX:
                     raise TemplateError([f"variations: entry {len(entries)} needs {len(made[b].diffs)} diffs "
                                          f"(packets[{b}]), more than DIFFS_MAX {DIFFS_MAX}"])
             entries.append(made[b])
     return Expanded(doc["name"], tuple(bases), tuple(entries), plan.window, (min(ports), max(ports)), flows,
-                    tuple(layout.frame_len + FCS_LEN for layout in plan.layouts))
+                    tuple(layout.frame_len + FCS_LEN for layout in plan.layouts),
+                    tuple(str(a) for a in sorted(addresses, key=lambda a: (a.version, a))))
+
+
+def _outer_ip_dst(layout: _Layout) -> tuple[int, int]:
+    """(offset, size) of the destination address of the IP header that carries the outer UDP."""
+    ip = layout.kinds.index("udp") - 1
+    return (layout.offsets[ip] + 16, 4) if layout.kinds[ip] == "ipv4" else (layout.offsets[ip] + 24, 16)
 
 
 def with_frame_size(doc: dict, frame_size: int) -> dict:

@@ -98,7 +98,7 @@ DROP_REASON = abi.Enum(
         ("DROP_NOT_PEER", 6, "tunnel: outer source is not a peer of the VNI"),
         ("DROP_NO_GROUP", 7, "no replication group for the VNI"),
         ("DROP_VID_MISMATCH", 8, "egress: trunk copy without the VNI's VID"),
-        ("DROP_MTU", 9, "egress: the encapsulated copy exceeds the tunnel port's MTU"),
+        ("DROP_MTU", 9, "a copy exceeds its port's MTU (a tunnel copy with its Outer)"),
         ("DROP_NO_PEER", 10, "egress: more copies than peers on the port (during an update)"),
         ("DROP_NOT_MEMBER", 11, "egress: port is not a member of the copy's VNI"),
         ("DROP_NO_OUTER", 12, "egress: a copy without the Outer that ingress puts on every flooded frame"),
