@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.netdev import read_text
@@ -516,14 +517,9 @@ def load_record(state_dir: str) -> dict:
 def save_record(state_dir: str, record: dict) -> None:
     path = os.path.join(state_dir, STATE_NAME)
     if not record["interfaces"]:
-        if os.path.exists(path):
-            os.unlink(path)
+        files.remove_durably(path)
         return
-    os.makedirs(state_dir, mode=0o750, exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    files.write_json(path, record)
 
 
 def remember(record: dict, ifname: str, changes: list[Change]) -> None:

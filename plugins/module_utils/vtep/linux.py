@@ -34,6 +34,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import FDB_SIZE_DEFAULT, VXLAN_PORT
@@ -852,21 +853,11 @@ def read_state(state_dir: str) -> dict:
 
 
 def write_state(state_dir: str, vnis: dict) -> None:
-    os.makedirs(state_dir, exist_ok=True)
-    path = state_path(state_dir)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"version": 1, "vnis": vnis}, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    files.write_json(state_path(state_dir), {"version": 1, "vnis": vnis})
 
 
 def remove_state(state_dir: str) -> bool:
-    try:
-        os.unlink(state_path(state_dir))
-        return True
-    except FileNotFoundError:
-        return False
+    return files.remove_durably(state_path(state_dir))
 
 
 # --------------------------------------------------------------------------------------------------------------
