@@ -46,12 +46,12 @@ STEP = textwrap.dedent(
     out = {}
     if args["do"] == "converge":
         include = [os.path.join(os.path.dirname(os.path.dirname(args["source"])), "include")]
-        obj, _ = build.compile_object(args["source"], host.cache_dir, include)
         try:
+            obj, _ = build.compile_object(args["source"], host.cache_dir, include)
             done = xp.converge(paths, obj, None, "native", {"count_only_proto": args["proto"]}, ["v0"],
                                args["source"], build={"include_dirs": include, "defines": {}})
             out = {"changed": done.changed, "steps": done.changes("counter").steps}
-        except xp.XdpProgramError as exc:
+        except (build.CompileError, xp.XdpProgramError) as exc:
             out = {"error": str(exc)}
     elif args["do"] == "restore":
         out = {r.name: r.report() for r in hr.restore(host, check_mode=False)}
@@ -91,9 +91,9 @@ class Host:
     def recorded_proto(self) -> int | None:
         return json.loads(self.record.read_text())["constants"]["count_only_proto"] if self.record.exists() else None
 
-    def step(self, do: str, proto: int | None = None, kill: str | None = None) -> dict | None:
+    def step(self, do: str, proto: int | None = None, kill: str | None = None, source: Path = COUNTER) -> dict | None:
         """Run one step; None when it was killed (as planned)."""
-        args = {"do": do, "proto": proto, "kill": kill, "source": str(COUNTER)}
+        args = {"do": do, "proto": proto, "kill": kill, "source": str(source)}
         args.update(state_dir=str(self.state_dir), pin_root=str(self.pin_root), cache_dir=str(self.cache_dir))
         run = subprocess.run(
             ["ip", "netns", "exec", self.netns, sys.executable, "-c", STEP, str(COLLECTION), json.dumps(args)],
@@ -172,3 +172,34 @@ def test_a_full_state_directory_changes_nothing_and_the_next_run_converges(host)
         assert host.step("restore")["running_proto"] == 17
     finally:
         subprocess.run(["umount", str(host.state_dir)], check=False)
+
+
+def test_sources_and_records_others_can_write_are_refused_on_apply_and_on_restore(host, tmp_path):
+    """A copy of the counter's sources in a directory anyone may write to: what it holds would be compiled and run as
+    root, by the module and by the restore at boot. Both refuse it, naming the field and the rule, before anything
+    runs."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for part in ("counter", "include"):
+        subprocess.run(["cp", "-r", str(REPO / "bpf" / part), str(shared / part)], check=True)
+    os.chmod(shared, 0o777)
+    rule = f"is refused: directory {shared} is writable by others (mode 0777) and has no sticky bit"
+    refused = host.step("converge", proto=17, source=shared / "counter" / "counter.c")
+    assert refused["error"].startswith(f"source: {shared}/counter/counter.c {rule}"), refused
+    assert refused["running_proto"] is None and not host.record.exists()
+
+    assert host.step("converge", proto=17)["changed"]
+    tampered = json.loads(host.record.read_text())
+    tampered.update(source=str(shared / "counter" / "counter.c"), object=str(tmp_path / "gone.o"))
+    host.record.write_text(json.dumps(tampered))
+    host.reboot()
+    restored = host.step("restore")
+    assert restored["counter"]["error"].startswith(f"source: {shared}/counter/counter.c {rule}"), restored
+    assert restored["running_proto"] is None
+
+    os.chmod(host.state_dir / "programs", 0o777)
+    refused = host.step("restore")
+    assert refused["counter"]["error"] == (
+        f"record {host.record} is refused: directory {host.state_dir}/programs is writable by others (mode 0777) "
+        "and has no sticky bit"
+    ), refused

@@ -85,6 +85,10 @@ def compile_object(
     A cache miss is built into build_dir when given (check mode: the cache is left as it was), else into the cache.
     """
     include_dirs = [os.path.abspath(d) for d in include_dirs or []]
+    try:
+        files.check_trusted_fields({"source": source, "include_dirs": include_dirs, "cache_dir": cache_dir})
+    except files.UntrustedPath as exc:
+        raise CompileError(str(exc)) from None
     if not os.path.isfile(source):
         raise CompileError(f"source {source}: no such file on this host")
     flags = compile_flags(include_dirs, defines or {})

@@ -208,6 +208,17 @@ def write_state(paths: InstancePaths, state: dict) -> None:
     files.write_json(paths.state_file, state)
 
 
+def check_trusted_paths(paths: InstancePaths, object_path: str | None = None) -> None:
+    """Refuse, before anything is read or changed, an instance whose object, state directory or pins another user
+    could replace (common/files.py says the rule). Raises XdpProgramError naming the field."""
+    try:
+        files.check_trusted_fields(
+            {"object": object_path, "state_dir": paths.state_dir, "pin_root": paths.pin_root}
+        )
+    except files.UntrustedPath as exc:
+        raise XdpProgramError(str(exc)) from None
+
+
 def same_record(a: dict, b: dict) -> bool:
     """Whether two records name the same configuration (when each was written does not count)."""
     return {k: v for k, v in a.items() if k != "updated"} == {k: v for k, v in b.items() if k != "updated"}
@@ -571,6 +582,7 @@ def converge(
 ) -> Converged:
     """Load the object, plan, and (unless check_mode) apply and record: the whole present path of an instance, shared
     by the modules that keep one and by restore. Raises XdpProgramError with a message for the user."""
+    check_trusted_paths(paths, object_path)
     try:
         instance = Instance(paths, object_path, program, mode, constants, layouts)
     except (libbpf.LibbpfError, ValueError) as exc:
@@ -599,6 +611,7 @@ def converge(
 def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> Changes:
     """Detach and unpin everything of an instance and forget it; returns what was (or would be) removed."""
     removed = Changes(f"{label} {paths.name}")
+    check_trusted_paths(paths)
     interfaces = recorded_interfaces(paths)
     had_record = os.path.exists(paths.state_file)
     if had_record and not check_mode:
@@ -640,7 +653,7 @@ def removal(module, paths: InstancePaths, label: str) -> dict:
     changed, the steps taken (removed), and the diff; a failure fails the module naming the instance."""
     try:
         removed = remove(paths, module.check_mode, label)
-    except (libbpf.LibbpfError, OSError) as exc:
+    except (libbpf.LibbpfError, OSError, XdpProgramError) as exc:
         module.fail_json(msg=f"removing {label} {paths.name}: {exc}")
     result = {"changed": removed.changed, "removed": removed.steps}
     if removed.changed:

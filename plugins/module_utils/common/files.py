@@ -98,12 +98,12 @@ def path_problem(path: str) -> str | None:
     real = os.path.realpath(path)
     owners = {0, os.geteuid()}
     parts = [part for part in real.split(os.sep) if part]
-    walked = [os.sep + os.path.join(*parts[:i]) for i in range(len(parts) + 1)]
+    walked = [os.sep + os.sep.join(parts[:i]) for i in range(len(parts) + 1)]
     for place in walked:
         try:
             st = os.stat(place)
-        except FileNotFoundError:
-            return None  # the rest is made by the module itself, 0700
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # the rest is made by the module itself, 0700 (or the use of the path fails)
         last = place == real
         what = ("its target " + real if real != os.path.abspath(path) else "it") if last else f"directory {place}"
         if st.st_uid not in owners:

@@ -161,6 +161,7 @@ def run(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
         "host": os.uname().nodename,
         "interface": ifname,
     }
+    check_run_dir(p["run_dir"])
     pid_file = tg.sender_pid_file(p["run_dir"], ifname)
     other = tg.running_sender(pid_file)
     if other:
@@ -233,6 +234,14 @@ def run_size(
 # ---- stopping a sender ------------------------------------------------------------------------------------------
 
 
+def check_run_dir(run_dir: str) -> None:
+    """The pid files there name the processes stop() signals: another user must not be able to write them."""
+    try:
+        files.check_trusted("run_dir", run_dir)
+    except files.UntrustedPath as exc:
+        raise tg.TrafficgenError(str(exc)) from None
+
+
 def _wait_exit(pidfd: int, timeout: float) -> bool:
     """Whether the process ended within `timeout` seconds (its pidfd turns readable when it does)."""
     readable, _, _ = select.select([pidfd], [], [], timeout)
@@ -265,6 +274,7 @@ def stop(run_dir: str, ifname: str, check_mode: bool, timeout: float = STOP_SECO
     """Stop the sender recorded for an interface and remove its records: SIGTERM (it detaches its return counter
     and reports), SIGKILL after `timeout` seconds (the kernel releases the counter with the process). Returns the
     pid of the sender that ran (None: none did) and what changed (nothing when there is no record)."""
+    check_run_dir(run_dir)
     pid_file = tg.sender_pid_file(run_dir, ifname)
     changes = Changes(f"sender on {ifname}")
     if not os.path.exists(pid_file):

@@ -617,6 +617,10 @@ def run(params: dict, check_mode: bool, run_command, cmdline_file: str = PROC_CM
     validate(params)
     running = Cmdline.parse(read_text(cmdline_file)).args
     record_path = os.path.join(params["state_dir"], STATE_FILE)
+    try:  # the record names the file restore writes and what it writes there
+        files.check_trusted("state_dir", params["state_dir"])
+    except files.UntrustedPath as exc:
+        raise KernelCmdlineError(str(exc)) from None
     record = load_record(record_path)
     restoring = params["state"] == "restore"
     result = {

@@ -506,6 +506,14 @@ def apply(ifname: str, changes: list[Change], driver: str | None) -> None:
 # ---- the record of original values ------------------------------------------------------------------------
 
 
+def check_state_dir(state_dir: str) -> None:
+    """The record there says what state=absent writes back to the NICs: another user must not be able to write it."""
+    try:
+        files.check_trusted("state_dir", state_dir)
+    except files.UntrustedPath as exc:
+        raise TuningError([str(exc)]) from None
+
+
 def load_record(state_dir: str) -> dict:
     try:
         with open(os.path.join(state_dir, STATE_NAME)) as f:
@@ -598,6 +606,7 @@ def report(done: Changes, ifname: str, changes: list[Change]) -> None:
 def present(interfaces: list[dict] | None, state_dir: str, check_mode: bool) -> dict:
     """state=present: resolve and check every interface first, then change each, recording the original values
     before the change. Returns the module result; raises TuningError naming the fields."""
+    check_state_dir(state_dir)
     record = load_record(state_dir)
     done = Changes("nic_tuning")
     planned, errors, result = [], [], {"interfaces": {}, "warnings": []}
@@ -628,6 +637,7 @@ def present(interfaces: list[dict] | None, state_dir: str, check_mode: bool) -> 
 def absent(interfaces: list[dict] | None, state_dir: str, check_mode: bool) -> dict:
     """state=absent: put back the recorded original values of the interfaces named (all recorded ones by default)
     and forget them. Returns the module result; raises TuningError."""
+    check_state_dir(state_dir)
     record = load_record(state_dir)
     names = [i["name"] for i in interfaces or []] or sorted(record["interfaces"])
     done = Changes("nic_tuning")

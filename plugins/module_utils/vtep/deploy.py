@@ -136,6 +136,10 @@ def deploy(
         raise VtepError(str(exc), exc.problems) from exc
     if (no_bpffs := xp.bpffs_problem()):
         raise VtepError(no_bpffs)
+    try:
+        xp.check_trusted_paths(paths)
+    except xp.XdpProgramError as exc:
+        raise VtepError(str(exc)) from exc
     peer_macs = resolve_peer_macs(config, ports, neighbour_timeout)
     try:
         object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)

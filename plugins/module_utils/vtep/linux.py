@@ -844,6 +844,13 @@ def state_path(state_dir: str) -> str:
     return os.path.join(state_dir, STATE_FILE)
 
 
+def check_state_dir(state_dir: str) -> None:
+    try:
+        files.check_trusted("state_dir", state_dir)
+    except files.UntrustedPath as exc:
+        raise LinuxVtepError([str(exc)]) from None
+
+
 def read_state(state_dir: str) -> dict:
     try:
         with open(state_path(state_dir)) as f:
@@ -882,6 +889,7 @@ def deploy(ipr, document, state_dir: str, check_mode: bool) -> dict:
     mode, what it would have) and state_file.
 
     Raises MissingLibrary, or LinuxVtepError: a refusal before anything changed, or a failure part-way."""
+    check_state_dir(state_dir)
     host = read_host(ipr)
     try:
         config = vc.validate(document, host.interface_facts())
@@ -907,6 +915,7 @@ def deploy(ipr, document, state_dir: str, check_mode: bool) -> dict:
 def remove(ipr, state_dir: str, check_mode: bool) -> dict:
     """Remove every device this module made, recognised by name and kind, and only those, and its state file
     (state=absent). Returns the module result as deploy() does. Raises LinuxVtepError on a failure part-way."""
+    check_state_dir(state_dir)
     steps = plan([], read_host(ipr))
     if not check_mode:
         if steps:
