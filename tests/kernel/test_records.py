@@ -136,6 +136,10 @@ def test_a_stale_record_is_rewritten_by_the_next_run(host):
     """A record that names another configuration than the one running (left by an older version killed between
     the change and its record) is repaired by a re-run, which says so, and a restore then brings back what ran."""
     assert host.step("converge", proto=17)["changed"]
+    pins = host.pin_root / "counter"
+    made = [host.pin_root, pins, pins / "links", pins / "maps", host.state_dir, host.state_dir / "programs"]
+    assert {str(p): oct(p.stat().st_mode & 0o777) for p in made} == {str(p): "0o700" for p in made}
+    assert oct(host.record.stat().st_mode & 0o777) == "0o600"
     stale = json.loads(host.record.read_text())
     stale["constants"]["count_only_proto"] = 0
     host.record.write_text(json.dumps(stale))

@@ -76,9 +76,9 @@ def remove_durably(path: str) -> bool:
     return True
 
 
-def open_private(path: str, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC):
-    """A file opened for writing that is created 0600 (open() creates it 0644)."""
-    return os.fdopen(os.open(path, flags, FILE_MODE), "a" if flags & os.O_APPEND else "w")
+def open_private_append(path: str):
+    """A file opened for appending, created 0600 when missing (open() creates it 0644)."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE), "a")
 
 
 # ---- trusted paths -------------------------------------------------------------------------------------------------

@@ -203,7 +203,7 @@ def run_size(
     speed = environment["speed_mbps"]
     out = {"frame_size": size, "line_rate_pps": round(line_rate_pps(speed, size)) if speed else None}
     runs = []
-    with files.open_private(live_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND) as live:
+    with files.open_private_append(live_path) as live:
 
         def on_sample(sample: dict) -> None:
             live.write(json.dumps({"frame_size": size, **sample}) + "\n")
