@@ -244,8 +244,7 @@ def check_run_dir(run_dir: str) -> None:
 
 def _wait_exit(pidfd: int, timeout: float) -> bool:
     """Whether the process ended within `timeout` seconds (its pidfd turns readable when it does)."""
-    readable, _, _ = select.select([pidfd], [], [], timeout)
-    return bool(readable)
+    return bool(select.select([pidfd], [], [], timeout)[0])
 
 
 def _stop_process(pid_file: str, pid: int, timeout: float) -> bool:
