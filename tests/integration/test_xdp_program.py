@@ -6,10 +6,14 @@ object ids or names: every lab host shares one kernel.
 """
 
 import json
+import os
+import subprocess
+import tempfile
 import threading
 import time
 
 import pytest
+from lablib import BIN, REPO
 
 PLAYBOOK = "tests/integration/playbooks/xdp_program.yml"
 LINK_PIN = "/sys/fs/bpf/xdpfleet/{instance}/links/{ifname}"
@@ -282,3 +286,53 @@ def test_absent_removes_everything_and_is_idempotent(clean):
     assert lab.host_exec("a", ["test", "-e", "/var/lib/xdpfleet/programs/counter.json"], check=False).returncode != 0
     again = run(lab, state="absent")
     assert again.rc == 0 and again.changed() == 0
+
+
+def module_processes(lab, host: str) -> list[tuple[int, int]]:
+    """(pid, process group) of the module processes running on a host (pids of the host's own PID namespace)."""
+    ps = lab.host_exec(host, ["ps", "-eo", "pid=,pgid=,args="]).stdout.splitlines()
+    found = [line.split(None, 2) for line in ps]
+    return [(int(pid), int(pgid)) for pid, pgid, args in found if "python" in args.split()[0]]
+
+
+def test_a_module_killed_by_sighup_mid_apply_converges_on_the_next_run(clean):
+    """An SSH session that drops ends the module with SIGHUP. Killed once the new program runs, the host must still
+    come to the document: the re-run converges, and the restore after a reboot brings back the new program, not the
+    one before. A FIFO where the module of old wrote its record held that module exactly there (after the change,
+    before the record); a module that records first passes the FIFO by."""
+    lab = clean
+    assert run(lab, constants={"count_only_proto": 17}).rc == 0
+    before = pinned_link_prog(lab, "a", "counter", "p1")
+    held = "/var/lib/xdpfleet/programs/counter.json.tmp"
+    lab.host_exec("a", ["mkfifo", held])
+    try:
+        with tempfile.TemporaryDirectory(prefix="rc-hup-") as tmp:
+            argv = [str(BIN / "ansible-playbook"), "-i", str(lab.inventory), str(REPO / PLAYBOOK)]
+            argv += ["-e", json.dumps({"prepare": False, "constants": {"count_only_proto": 6}})]
+            env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_SSH_CONTROL_PATH_DIR": tmp}
+            playbook = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                deadline = time.monotonic() + 60
+                while pinned_link_prog(lab, "a", "counter", "p1") == before and playbook.poll() is None:
+                    assert time.monotonic() < deadline, "the new program never ran"
+                    time.sleep(0.05)
+                for _pid, pgid in module_processes(lab, "a"):  # the module's whole group, as sshd would
+                    lab.host_exec("a", ["kill", "-s", "HUP", "--", f"-{pgid}"], check=False)
+                playbook.wait(timeout=60)
+            finally:
+                if playbook.poll() is None:
+                    playbook.kill()
+                    playbook.wait()
+    finally:
+        lab.host_exec("a", ["rm", "-f", held])
+    record = json.loads(lab.host_exec("a", ["cat", "/var/lib/xdpfleet/programs/counter.json"]).stdout)
+    assert record["constants"] == {"count_only_proto": 6}, "the record names the program before the kill"
+
+    rerun = run(lab, constants={"count_only_proto": 6})
+    assert rerun.rc == 0 and rerun.changed() == 0, rerun
+    running = pinned_link_prog(lab, "a", "counter", "p1")
+    lab.restart_host("a")
+    restored = lab.run_tasks([{"xdpfleet.fabric.xdp_restore": {"names": ["counter"]}}], hosts="a")
+    assert restored.rc == 0, restored
+    assert run(lab, constants={"count_only_proto": 6}).changed() == 0, "restored: the document's program runs"
+    assert pinned_link_prog(lab, "a", "counter", "p1") != running, "a new load after the restart"

@@ -5,6 +5,7 @@ import json
 import subprocess
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator
 
 
 def test_teardown_stops_senders_and_forgets_records(tmp_path):
@@ -16,7 +17,7 @@ def test_teardown_stops_senders_and_forgets_records(tmp_path):
     sender = subprocess.Popen(["sleep", "60"])  # stands in for a sender: it ends on SIGTERM
     exited = subprocess.Popen(["true"])
     exited.wait()
-    (tmp_path / "run" / "trafficgen-p3.pid").write_text(f"{sender.pid}\n")
+    (tmp_path / "run" / "trafficgen-p3.pid").write_text(f"{sender.pid} {generator.process_start_time(sender.pid)}\n")
     (tmp_path / "run" / "trafficgen-p3.jsonl").write_text("{}\n")
     (tmp_path / "run" / "trafficgen-p4.pid").write_text(f"{exited.pid}\n")
     (tmp_path / "run" / "trafficgen-p5.pid").write_text("0\n")  # never a signal to the process group

@@ -1,6 +1,7 @@
 """Stopping a sender by its record (trafficgen state=absent and teardown), with real processes standing in for
 senders: one that ends on SIGTERM, one that ignores it."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -8,8 +9,7 @@ import sys
 import pytest
 from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import echo, sender
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.generator import TrafficgenError
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import echo, generator, sender
 
 IGNORES_SIGTERM = (
     "import signal, time\n"
@@ -24,7 +24,7 @@ def records(tmp_path):
     """The run dir, and a function that records a process as the sender on p3 (pid file and live statistics)."""
 
     def record(process: subprocess.Popen) -> None:
-        (tmp_path / "trafficgen-p3.pid").write_text(f"{process.pid}\n")
+        (tmp_path / "trafficgen-p3.pid").write_text(f"{process.pid} {generator.process_start_time(process.pid)}\n")
         (tmp_path / "trafficgen-p3.jsonl").write_text("{}\n")
 
     return tmp_path, record
@@ -77,6 +77,34 @@ def test_no_record_is_no_change_and_a_stale_one_goes(records):
     assert list(run_dir.iterdir()) == []
 
 
+def test_a_record_whose_pid_now_names_another_process_stops_nothing(records):
+    """A sender killed by SIGKILL leaves its record; the kernel may give its pid to any later process. Only the
+    process with the recorded pid and start time is ours: an unrelated one with that pid must survive."""
+    run_dir, _ = records
+    unrelated = subprocess.Popen(["sleep", "60"])
+    try:
+        started = generator.process_start_time(unrelated.pid)
+        for record in (f"{unrelated.pid}\n", f"{unrelated.pid} {started - 1}\n"):  # no start time, another one
+            (run_dir / "trafficgen-p3.pid").write_text(record)
+            assert generator.running_sender(str(run_dir / "trafficgen-p3.pid")) is None
+            pid, changes = sender.stop(str(run_dir), "p3", check_mode=False, timeout=1)
+            assert pid is None and changes.steps == [f"remove stale sender record {run_dir}/trafficgen-p3.pid"]
+            assert unrelated.poll() is None, f"record {record!r}: the unrelated process was signalled"
+            assert list(run_dir.iterdir()) == []
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+
+
+def test_a_sender_records_itself_privately(tmp_path):
+    run_dir = tmp_path / "run" / "xdpfleet"
+    record = generator.sender_pid_file(str(run_dir), "p3")
+    generator.record_sender(record)
+    assert generator.running_sender(record) == os.getpid()
+    modes = {path: oct(os.stat(path).st_mode & 0o777) for path in (record, run_dir, run_dir.parent)}
+    assert modes == {record: "0o600", run_dir: "0o700", run_dir.parent: "0o700"}
+
+
 def test_without_pyroute2_the_module_imports_and_resolving_dst_mac_says_what_is_missing():
     """In a fresh interpreter where pyroute2 cannot be imported (as on a host without it)."""
     collection = next(p for p in sys.path if p.endswith("/collection"))
@@ -100,7 +128,7 @@ def test_without_pyroute2_the_module_imports_and_resolving_dst_mac_says_what_is_
 def test_the_echo_servers_addresses_are_given_or_the_templates():
     assert echo.echo_addresses(None, "udp6") == ("2001:db8::2",)
     assert echo.echo_addresses(["198.51.100.7"], "udp4") == ("198.51.100.7",)
-    with pytest.raises(TrafficgenError, match=r"^addresses\[1\]: '198.51.100' is not an IPv4 or IPv6 address$"):
+    with pytest.raises(generator.TrafficgenError, match=r"^addresses\[1\]: .198.51.100. is not an IPv4 or IPv6"):
         echo.echo_addresses(["198.51.100.7", "198.51.100"], None)
-    with pytest.raises(TrafficgenError, match=r"^addresses: required with mode=echo when no template is given$"):
+    with pytest.raises(generator.TrafficgenError, match=r"^addresses: required with mode=echo when no template"):
         echo.echo_addresses(None, None)

@@ -15,6 +15,7 @@ tag, its .rodata constants, its maps and the attach mode.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import json
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import declared_enums
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf, MapLayout, set_rodata, shape
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 
 PIN_ROOT = "/sys/fs/bpf/xdpfleet"
@@ -41,6 +43,10 @@ BPFFS_TYPE = "bpf"
 
 class XdpProgramError(RuntimeError):
     """A refusal or failure, with a message meant for the person running the playbook."""
+
+
+class RecordError(XdpProgramError):
+    """The state file could not be written before a change: nothing was changed."""
 
 
 @dataclass(frozen=True)
@@ -199,12 +205,57 @@ def load_state(paths: InstancePaths) -> dict:
 
 
 def write_state(paths: InstancePaths, state: dict) -> None:
-    os.makedirs(os.path.dirname(paths.state_file), mode=0o750, exist_ok=True)
-    tmp = paths.state_file + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(state, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, paths.state_file)
+    files.write_json(paths.state_file, state)
+
+
+def check_trusted_paths(paths: InstancePaths, object_path: str | None = None) -> None:
+    """Refuse, before anything is read or changed, an instance whose object, state directory or pins another user
+    could replace (common/files.py says the rule). Raises XdpProgramError naming the field."""
+    try:
+        files.check_trusted_fields(
+            {"object": object_path, "state_dir": paths.state_dir, "pin_root": paths.pin_root}
+        )
+    except files.UntrustedPath as exc:
+        raise XdpProgramError(str(exc)) from None
+
+
+def same_record(a: dict, b: dict) -> bool:
+    """Whether two records name the same configuration (when each was written does not count)."""
+    return {k: v for k, v in a.items() if k != "updated"} == {k: v for k, v in b.items() if k != "updated"}
+
+
+@contextlib.contextmanager
+def recording(paths: InstancePaths, record: dict, check_mode: bool):
+    """Record `record` as the instance's configuration before the block changes the data plane, and put the
+    previous record back when the block fails (its changes were undone). Yields whether the record changes.
+
+    The record is written first so that a failed write (a full disk) refuses before anything runs, and a kill part-way
+    leaves a record of what was being applied: a re-run or the restore at boot then converges to it. A record that
+    differs from what already runs (one lost or left stale by an earlier run) is rewritten even when nothing else
+    changes, so a re-run repairs it."""
+    previous = load_state(paths)
+    rewrite = not same_record(previous, record)
+    if check_mode or not rewrite:
+        yield rewrite
+        return
+    try:
+        write_state(paths, record)
+    except OSError as exc:
+        raise RecordError(f"{paths.name}: writing {paths.state_file} failed, nothing was changed: {exc}") from exc
+    try:
+        yield rewrite
+    except BaseException as failure:
+        try:
+            if previous:
+                write_state(paths, previous)
+            else:
+                files.remove_durably(paths.state_file)
+        except OSError as exc:
+            raise XdpProgramError(
+                f"{failure}; putting back the previous record {paths.state_file} also failed ({exc}): it names the "
+                "configuration that failed, which a re-run or the restore applies"
+            ) from failure
+        raise
 
 
 def compatible(pinned: libbpf.MapInfo, pinned_btf: Btf | None, wanted: libbpf.ObjectMap, wanted_btf: Btf) -> bool:
@@ -345,8 +396,8 @@ class Instance:
 
     def apply(self, plan: Plan) -> None:
         """Make-before-break: attach or replace every interface, then swap map pins, then detach the rest."""
-        os.makedirs(self.paths.links_dir, exist_ok=True)
-        os.makedirs(self.paths.maps_dir, exist_ok=True)
+        files.make_private_dirs(self.paths.links_dir)
+        files.make_private_dirs(self.paths.maps_dir)
         prog_fd = self.program.fd
         done: list[tuple[Step, int | None]] = []
         try:
@@ -480,10 +531,12 @@ class Converged:
     plan: Plan
     program: dict  # name, tag and id of what the interfaces run afterwards
     maps: dict[str, str]  # map name -> pin path
+    state_file: str = ""
+    recorded: bool = False  # the state file was (or would be) rewritten
 
     @property
     def changed(self) -> bool:
-        return self.plan.changed
+        return self.plan.changed or self.recorded
 
     def changes(self, header: str) -> Changes:
         """The plan's steps ("p1: replace xdp_count tag ..."); the state lines are what each interface runs before
@@ -504,7 +557,13 @@ class Converged:
                 before=f"map {name} (pinned)",
                 after=f"map {name} (new: the pinned one no longer fits)",
             )
+        if self.recorded and not self.plan.changed:
+            changes.add(record_step(self.state_file))
         return changes
+
+
+def record_step(state_file: str) -> str:
+    return f"record what runs in {state_file} (it recorded something else)"
 
 
 def converge(
@@ -523,29 +582,42 @@ def converge(
 ) -> Converged:
     """Load the object, plan, and (unless check_mode) apply and record: the whole present path of an instance, shared
     by the modules that keep one and by restore. Raises XdpProgramError with a message for the user."""
+    check_trusted_paths(paths, object_path)
     try:
         instance = Instance(paths, object_path, program, mode, constants, layouts)
     except (libbpf.LibbpfError, ValueError) as exc:
         raise XdpProgramError(f"loading {object_path} failed, nothing was changed: {exc}") from exc
     with instance:
         plan = instance.plan(interfaces, replace_foreign)
-        if plan.changed and not check_mode:
-            try:
-                instance.apply(plan)
-            except libbpf.LibbpfError as exc:  # a failed attach was rolled back already; this is a map pin or detach
-                raise XdpProgramError(f"{paths.name}: {exc}") from exc
-            write_state(paths, state_record(instance, interfaces, source, object_path, build))
+        record = state_record(instance, interfaces, source, object_path, build)
+        unfinished = None
+        with recording(paths, record, check_mode) as recorded:
+            if plan.changed and not check_mode:
+                try:
+                    instance.apply(plan)  # a failed attach is rolled back (XdpProgramError), and the record with it
+                except libbpf.LibbpfError as exc:  # a map pin or detach: the new program runs, its record stays
+                    unfinished = exc
+        if unfinished:
+            raise XdpProgramError(f"{paths.name}: {unfinished}") from unfinished
         return Converged(
             plan=plan,
             program={"name": instance.info.name, "tag": instance.info.tag, "id": instance.running_prog_id(plan)},
             maps={n: paths.map_pin(n) for n, m in instance.obj.maps.items() if not m.internal},
+            state_file=paths.state_file,
+            recorded=recorded,
         )
 
 
 def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> Changes:
     """Detach and unpin everything of an instance and forget it; returns what was (or would be) removed."""
     removed = Changes(f"{label} {paths.name}")
-    for ifname in recorded_interfaces(paths):
+    check_trusted_paths(paths)
+    interfaces = recorded_interfaces(paths)
+    had_record = os.path.exists(paths.state_file)
+    if had_record and not check_mode:
+        # The record goes first: a removal cut short must not come back at the next boot's restore.
+        files.remove_durably(paths.state_file)
+    for ifname in interfaces:
         running = read_running(paths, ifname)
         if running:
             removed.add(f"{ifname}: detach {running.describe()}", key=ifname, before=f"{ifname}: {running.describe()}")
@@ -571,10 +643,8 @@ def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> C
                 os.rmdir(directory)
     if not check_mode and os.path.isdir(paths.pin_root) and not os.listdir(paths.pin_root):
         os.rmdir(paths.pin_root)  # the last instance leaves no xdpfleet directory behind
-    if os.path.exists(paths.state_file):
+    if had_record:
         removed.add(f"remove state file {paths.state_file}", before=f"state file {paths.state_file}")
-        if not check_mode:
-            os.unlink(paths.state_file)
     return removed
 
 
@@ -583,7 +653,7 @@ def removal(module, paths: InstancePaths, label: str) -> dict:
     changed, the steps taken (removed), and the diff; a failure fails the module naming the instance."""
     try:
         removed = remove(paths, module.check_mode, label)
-    except (libbpf.LibbpfError, OSError) as exc:
+    except (libbpf.LibbpfError, OSError, XdpProgramError) as exc:
         module.fail_json(msg=f"removing {label} {paths.name}: {exc}")
     result = {"changed": removed.changed, "removed": removed.steps}
     if removed.changed:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes, merged
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender
@@ -96,8 +97,20 @@ class Teardown:
         return merged("xdpfleet", {"": self.senders.diff(), **parts})
 
 
+def check_trusted(host: HostPaths) -> None:
+    """Refuse host paths another user could write to (common/files.py says the rule): records there are acted on as
+    root. Raises files.UntrustedPath naming the field."""
+    files.check_trusted_fields(
+        {"state_dir": host.state_dir, "pin_root": host.pin_root, "cache_dir": host.cache_dir, "run_dir": host.run_dir}
+    )
+
+
 def teardown(host: HostPaths, check_mode: bool, stop_timeout: float = SENDER_STOP_SECONDS) -> Teardown:
     """Senders first (each holds a return counter on its interface), then every instance, pins and records."""
+    try:
+        check_trusted(host)
+    except files.UntrustedPath as exc:
+        raise xp.XdpProgramError(str(exc)) from None
     done = Teardown()
     for ifname in recorded_senders(host):
         _pid, stopped = sender.stop(host.run_dir, ifname, check_mode, stop_timeout)
@@ -221,6 +234,10 @@ def restore(
     that cannot come back (its interface is gone) does not keep the others down."""
     if (no_bpffs := xp.bpffs_problem()):
         raise RestoreError(no_bpffs)
+    try:
+        check_trusted(host)
+    except files.UntrustedPath as exc:
+        raise RestoreError(str(exc)) from None
     results = []
     for name in names if names is not None else recorded_instances(host):
         paths = host.instance(name)
@@ -229,6 +246,8 @@ def restore(
         try:
             if not os.path.isfile(paths.state_file):
                 raise RestoreError(f"no record {paths.state_file}")
+            if (untrusted := files.path_problem(paths.state_file)):
+                raise RestoreError(f"record {paths.state_file} is refused: {untrusted}")
             record = _load_record(paths)
             if "vtep" in record:
                 outcome.kind = "vtep"

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout, TypedMap, set_rodata
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import Probe, xdp_md
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.abi import ABI, TG_DIFFS_MAX, TG_HEADER_MAX
@@ -97,8 +98,9 @@ class TrafficgenError(RuntimeError):
 # ---- pre-flight ----------------------------------------------------------------------------------------------
 
 
-# A running sender records its pid in <run_dir>/trafficgen-<interface>.pid and appends each second's sample to
-# trafficgen-<interface>.jsonl; it removes both when it ends. state=absent and teardown find senders by these.
+# A running sender records its pid and start time in <run_dir>/trafficgen-<interface>.pid and appends each second's
+# sample to trafficgen-<interface>.jsonl; it removes both when it ends. state=absent and teardown find senders by
+# these, and signal only the process both numbers name (a pid alone may since belong to another process).
 SENDER_RECORD_PREFIX = "trafficgen-"
 
 
@@ -110,15 +112,29 @@ def sender_stats_file(run_dir: str, ifname: str) -> str:
     return os.path.join(run_dir, f"{SENDER_RECORD_PREFIX}{ifname}.jsonl")
 
 
+def process_start_time(pid: int) -> int | None:
+    """When a process started (clock ticks since boot, field 22 of /proc/<pid>/stat), None when there is none."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])  # the fields after the name start at field 3
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def record_sender(path: str) -> None:
+    """Record this process as the running sender (pid and start time)."""
+    files.write_private(path, f"{os.getpid()} {process_start_time(os.getpid())}\n")
+
+
 def running_sender(path: str) -> int | None:
-    """The pid recorded by a sender that is still alive, else None."""
+    """The pid recorded by a sender that is still alive, else None. The process must have the recorded start time
+    too: a record left by a sender that was killed may name a pid the kernel has since given to another process."""
     try:
         with open(path) as f:
-            pid = int(f.read().strip())
-        if pid <= 0:  # kill(0 or -n) would reach a whole process group
-            return None
-        os.kill(pid, 0)
-    except (OSError, ValueError):
+            pid, started = (int(word) for word in f.read().split())
+    except (OSError, ValueError):  # no record, or one without a start time: nothing proves the process is ours
+        return None
+    if pid <= 0 or process_start_time(pid) != started:  # pid <= 0: kill() would reach a whole process group
         return None
     return pid
 

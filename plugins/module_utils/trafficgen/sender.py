@@ -13,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import threading
-import time
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError, resolve
@@ -160,6 +161,7 @@ def run(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
         "host": os.uname().nodename,
         "interface": ifname,
     }
+    check_run_dir(p["run_dir"])
     pid_file = tg.sender_pid_file(p["run_dir"], ifname)
     other = tg.running_sender(pid_file)
     if other:
@@ -170,9 +172,7 @@ def run(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    os.makedirs(p["run_dir"], exist_ok=True)
-    with open(pid_file, "w") as f:
-        f.write(f"{os.getpid()}\n")
+    tg.record_sender(pid_file)
     live_path = tg.sender_stats_file(p["run_dir"], ifname)
     try:
         with tg.Sender(object_path, templates[0], ifname, cpus, p["batch_size"], p["attach_mode"]) as sender:
@@ -203,7 +203,7 @@ def run_size(
     speed = environment["speed_mbps"]
     out = {"frame_size": size, "line_rate_pps": round(line_rate_pps(speed, size)) if speed else None}
     runs = []
-    with open(live_path, "a") as live:
+    with files.open_private_append(live_path) as live:
 
         def on_sample(sample: dict) -> None:
             live.write(json.dumps({"frame_size": size, **sample}) + "\n")
@@ -234,27 +234,46 @@ def run_size(
 # ---- stopping a sender ------------------------------------------------------------------------------------------
 
 
-def _exited(pid: int) -> bool:
+def check_run_dir(run_dir: str) -> None:
+    """The pid files there name the processes stop() signals: another user must not be able to write them."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # a zombie has exited
-    except (OSError, IndexError):
+        files.check_trusted("run_dir", run_dir)
+    except files.UntrustedPath as exc:
+        raise tg.TrafficgenError(str(exc)) from None
+
+
+def _wait_exit(pidfd: int, timeout: float) -> bool:
+    """Whether the process ended within `timeout` seconds (its pidfd turns readable when it does)."""
+    return bool(select.select([pidfd], [], [], timeout)[0])
+
+
+def _stop_process(pid_file: str, pid: int, timeout: float) -> bool:
+    """SIGTERM, then SIGKILL after `timeout` seconds, through a pidfd taken while the record still names the process
+    (a pidfd follows one process, never a later one with the same pid). False when it had to be killed."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
         return True
-
-
-def _wait_exit(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not _exited(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
+    try:
+        if tg.running_sender(pid_file) != pid:  # it ended, and the pid went to another process, before the pidfd
+            return True
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+        if _wait_exit(pidfd, timeout):
+            return True
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        _wait_exit(pidfd, 5.0)
+        return False
+    finally:
+        os.close(pidfd)
 
 
 def stop(run_dir: str, ifname: str, check_mode: bool, timeout: float = STOP_SECONDS) -> tuple[int | None, Changes]:
     """Stop the sender recorded for an interface and remove its records: SIGTERM (it detaches its return counter
     and reports), SIGKILL after `timeout` seconds (the kernel releases the counter with the process). Returns the
     pid of the sender that ran (None: none did) and what changed (nothing when there is no record)."""
+    check_run_dir(run_dir)
     pid_file = tg.sender_pid_file(run_dir, ifname)
     changes = Changes(f"sender on {ifname}")
     if not os.path.exists(pid_file):
@@ -264,14 +283,8 @@ def stop(run_dir: str, ifname: str, check_mode: bool, timeout: float = STOP_SECO
         changes.add(f"remove stale sender record {pid_file}", before=f"stale sender record {pid_file}")
     else:
         step = f"stop sender on {ifname} (pid {pid})"
-        if not check_mode:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-            if not _wait_exit(pid, timeout):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                _wait_exit(pid, 5.0)
-                step += f", killed after {timeout:g} s"
+        if not check_mode and not _stop_process(pid_file, pid, timeout):
+            step += f", killed after {timeout:g} s"
         changes.add(step, key=pid_file, before=f"sender on {ifname} (pid {pid})")
     if not check_mode:
         for path in (pid_file, tg.sender_stats_file(run_dir, ifname)):

@@ -20,7 +20,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import changes
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import changes, files
 
 PROC_CMDLINE = "/proc/cmdline"
 STATE_FILE = "kernel_cmdline.json"
@@ -576,6 +576,14 @@ def load_record(path: str) -> dict | None:
         raise KernelCmdlineError(f"state_dir: {path} is not a kernel_cmdline record: {exc}") from None
 
 
+def save_record(path: str, record: dict | None) -> None:
+    """Write the record durably, 0600 (its directory 0700), or remove it (None)."""
+    if record is None:
+        files.remove_durably(path)
+    else:
+        files.write_json(path, record)
+
+
 def updated_record(record: dict | None, fresh: dict, added: list[str], removed: list[str]) -> dict | None:
     """The record after a change: net additions and removals since the original (None when nothing is left)."""
     record = {
@@ -609,6 +617,10 @@ def run(params: dict, check_mode: bool, run_command, cmdline_file: str = PROC_CM
     validate(params)
     running = Cmdline.parse(read_text(cmdline_file)).args
     record_path = os.path.join(params["state_dir"], STATE_FILE)
+    try:  # the record names the file restore writes and what it writes there
+        files.check_trusted("state_dir", params["state_dir"])
+    except files.UntrustedPath as exc:
+        raise KernelCmdlineError(str(exc)) from None
     record = load_record(record_path)
     restoring = params["state"] == "restore"
     result = {
@@ -660,13 +672,18 @@ def run(params: dict, check_mode: bool, run_command, cmdline_file: str = PROC_CM
         result["diff"] = backend.diff(plan)
     after = plan.after
     if changed and not check_mode:
-        after = backend.apply(plan, run_command)
-        if new_record is None:
-            if os.path.exists(record_path):
-                os.unlink(record_path)
-        elif new_record != record:
-            os.makedirs(params["state_dir"], mode=0o750, exist_ok=True)
-            atomic_write(record_path, json.dumps(new_record, indent=2, sort_keys=True) + "\n")
+        # The record first: a change that is cut short (a kill, a full disk) is never one that restore cannot undo.
+        if new_record != record:
+            try:
+                save_record(record_path, new_record)
+            except OSError as exc:
+                raise KernelCmdlineError(f"state_dir: writing {record_path} failed, nothing changed: {exc}") from exc
+        try:
+            after = backend.apply(plan, run_command)
+        except KernelCmdlineError:  # the bootloader configuration was put back: so is the record
+            if new_record != record:
+                save_record(record_path, record)
+            raise
     configured = backend.configured(after)
     listed = list(configured.values()) if isinstance(configured, dict) else [configured]
     result.update(

@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.netdev import read_text
@@ -505,6 +506,14 @@ def apply(ifname: str, changes: list[Change], driver: str | None) -> None:
 # ---- the record of original values ------------------------------------------------------------------------
 
 
+def check_state_dir(state_dir: str) -> None:
+    """The record there says what state=absent writes back to the NICs: another user must not be able to write it."""
+    try:
+        files.check_trusted("state_dir", state_dir)
+    except files.UntrustedPath as exc:
+        raise TuningError([str(exc)]) from None
+
+
 def load_record(state_dir: str) -> dict:
     try:
         with open(os.path.join(state_dir, STATE_NAME)) as f:
@@ -516,14 +525,9 @@ def load_record(state_dir: str) -> dict:
 def save_record(state_dir: str, record: dict) -> None:
     path = os.path.join(state_dir, STATE_NAME)
     if not record["interfaces"]:
-        if os.path.exists(path):
-            os.unlink(path)
+        files.remove_durably(path)
         return
-    os.makedirs(state_dir, mode=0o750, exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    files.write_json(path, record)
 
 
 def remember(record: dict, ifname: str, changes: list[Change]) -> None:
@@ -602,6 +606,7 @@ def report(done: Changes, ifname: str, changes: list[Change]) -> None:
 def present(interfaces: list[dict] | None, state_dir: str, check_mode: bool) -> dict:
     """state=present: resolve and check every interface first, then change each, recording the original values
     before the change. Returns the module result; raises TuningError naming the fields."""
+    check_state_dir(state_dir)
     record = load_record(state_dir)
     done = Changes("nic_tuning")
     planned, errors, result = [], [], {"interfaces": {}, "warnings": []}
@@ -632,6 +637,7 @@ def present(interfaces: list[dict] | None, state_dir: str, check_mode: bool) -> 
 def absent(interfaces: list[dict] | None, state_dir: str, check_mode: bool) -> dict:
     """state=absent: put back the recorded original values of the interfaces named (all recorded ones by default)
     and forget them. Returns the module result; raises TuningError."""
+    check_state_dir(state_dir)
     record = load_record(state_dir)
     names = [i["name"] for i in interfaces or []] or sorted(record["interfaces"])
     done = Changes("nic_tuning")

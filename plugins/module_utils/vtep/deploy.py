@@ -161,6 +161,10 @@ def deploy(
         raise VtepError(f"the VTEP configuration does not fit this host:\n{listed}", problems)
     if (no_bpffs := xp.bpffs_problem()):
         raise VtepError(no_bpffs)
+    try:
+        xp.check_trusted_paths(paths)
+    except xp.XdpProgramError as exc:
+        raise VtepError(str(exc)) from exc
     peer_macs = resolve_peer_macs(config, ports, neighbour_timeout)
     try:
         object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
@@ -185,8 +189,11 @@ def deploy(
             raise VtepError(str(exc)) from exc
         maps = {name: instance.obj.map(name) for name in layouts.MAP_NAMES}
         egress = instance.obj.program("vtep_egress")
+        record = xp.state_record(instance, vtep_ports, source, object_path, {"include_dirs": include_dirs})
+        # The record first, the maps and links after (see xp.recording).
+        recording = xp.recording(paths, {**record, "vtep": document}, check_mode)
         try:
-            with writer.update(maps, egress, config, ports, peer_macs, write=not check_mode) as done:
+            with recording as recorded, writer.update(maps, egress, config, ports, peer_macs, not check_mode) as done:
                 changed = attach_plan.changed or not done.diff.empty
                 if changed and not check_mode:
                     instance.apply(attach_plan)
@@ -198,13 +205,15 @@ def deploy(
                 f"not restored: {'; '.join(exc.unrestored)}. The VTEP may forward wrongly until the configuration "
                 "is applied again"
             ) from exc
+        except xp.RecordError as exc:
+            raise VtepError(str(exc)) from exc
         except (writer.WriteError, libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
             raise VtepError(f"applying the VTEP configuration failed, previous state restored: {exc}") from exc
-        if changed and not check_mode:
-            record = xp.state_record(instance, vtep_ports, source, object_path, {"include_dirs": include_dirs})
-            xp.write_state(paths, {**record, "vtep": document})
         in_maps = done.current if check_mode else done.desired
         config_changes = words.changes(done.current, done.desired, names, header)
+        if recorded and not changed:
+            config_changes.add(xp.record_step(paths.state_file))
+        changed = changed or recorded
         result = {
             "changed": changed,
             "changes": config_changes.steps,

@@ -34,6 +34,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import management as host_management
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
@@ -842,6 +843,13 @@ def state_path(state_dir: str) -> str:
     return os.path.join(state_dir, STATE_FILE)
 
 
+def check_state_dir(state_dir: str) -> None:
+    try:
+        files.check_trusted("state_dir", state_dir)
+    except files.UntrustedPath as exc:
+        raise LinuxVtepError([str(exc)]) from None
+
+
 def read_state(state_dir: str) -> dict:
     try:
         with open(state_path(state_dir)) as f:
@@ -851,21 +859,11 @@ def read_state(state_dir: str) -> dict:
 
 
 def write_state(state_dir: str, vnis: dict) -> None:
-    os.makedirs(state_dir, exist_ok=True)
-    path = state_path(state_dir)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"version": 1, "vnis": vnis}, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    files.write_json(state_path(state_dir), {"version": 1, "vnis": vnis})
 
 
 def remove_state(state_dir: str) -> bool:
-    try:
-        os.unlink(state_path(state_dir))
-        return True
-    except FileNotFoundError:
-        return False
+    return files.remove_durably(state_path(state_dir))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -890,6 +888,7 @@ def deploy(ipr, document, state_dir: str, check_mode: bool, allow_management_por
     mode, what it would have) and state_file.
 
     Raises MissingLibrary, or LinuxVtepError: a refusal before anything changed, or a failure part-way."""
+    check_state_dir(state_dir)
     host = read_host(ipr)
     try:
         config = vc.validate(document, host.interface_facts())
@@ -919,6 +918,7 @@ def deploy(ipr, document, state_dir: str, check_mode: bool, allow_management_por
 def remove(ipr, state_dir: str, check_mode: bool) -> dict:
     """Remove every device this module made, recognised by name and kind, and only those, and its state file
     (state=absent). Returns the module result as deploy() does. Raises LinuxVtepError on a failure part-way."""
+    check_state_dir(state_dir)
     steps = plan([], read_host(ipr))
     if not check_mode:
         if steps:
