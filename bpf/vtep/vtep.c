@@ -11,15 +11,16 @@
  * - anything else is flooded: the frame gets its 50-byte Outer once, here, and is broadcast through the VNI's group
  *   (vni_flood: every member, for local frames; vni_local: local members only, for decapsulated frames, which
  *   keep the Outer they came with: split horizon). A frame too long to reach the local ports with an Outer (the
- *   devmap drops a frame longer than the port's MTU + 18 before egress) carries a 4-byte stamp instead, and its
- *   tunnel copies get their Outer in egress (struct flood_settings).
+ *   devmap drops a frame longer than the port's MTU + 18 before egress) carries a 4-byte stamp instead, in its
+ *   metadata (in front of it where the driver keeps none), and its tunnel copies get their Outer in egress (struct
+ *   flood_settings).
  *
  * vtep_egress runs once per flooded copy. A local copy loses the Outer (a trunk's copy then gets the trunk's VID);
  * a tunnel copy gets its peer's addresses. Everything a copy needs travels in the frame: the VNI in the Outer's
  * VXLAN header, and the frame's stamp in the Outer fields that every tunnel copy overwrites (or the short stamp's
- * VNI slot and frame number). There is no metadata
- * and no per-CPU "current frame": native XDP runs the egress programs at the devmap flush, after later frames'
- * ingress, so a copy can never get another frame's VNI.
+ * VNI slot and frame number, which a devmap copy's metadata carries too). There is no per-CPU "current frame":
+ * native XDP runs the egress programs at the devmap flush, after later frames' ingress, so a copy can never get
+ * another frame's VNI.
  *
  * One uplink carries many peers: the kernel runs the first queued frame's egress program for every frame queued to
  * a device (kernel/bpf/devmap.c, bq_enqueue), so the peer cannot come from the entry. Egress numbers the copies of
@@ -84,9 +85,11 @@ _Static_assert(__builtin_offsetof(struct outer_hdr, ip.id) == OUTER_IP_ID &&
 #define STAMP_FIRST_PEER OUTER_IP_DADDR   /* u32 */
 #define STAMP_FROM_TUNNEL 0x1             /* decapsulated: never back into a tunnel (split horizon) */
 
-/* The short stamp: a flooded frame too long for an Outer carries one little-endian u32 in front, whose bit 0 is
- * clear (an Outer's first word, STAMP_SEQ, is odd) and which is never 0 (copy_state's seq when no frame is being
- * numbered: a stamp equal to it would continue numbering where the last frame stopped). */
+/* The short stamp: a flooded frame too long for an Outer carries one little-endian u32, as its whole metadata (so
+ * that its copies are exactly as long as the frame: a full-size frame still reaches a member of the same MTU) or,
+ * where the driver keeps no metadata (generic XDP), in front of the frame. Its bit 0 is clear (an Outer's first
+ * word, STAMP_SEQ, is odd) and it is never 0 (copy_state's seq when no frame is being numbered: a stamp equal to it
+ * would continue numbering where the last frame stopped). */
 #define SHORT_STAMP_LEN 4
 #define SHORT_FROM_TUNNEL 0x2 /* as STAMP_FROM_TUNNEL */
 #define SHORT_NONZERO 0x4
@@ -740,19 +743,40 @@ static __always_inline void stamp(__u8 *data, struct frame *f, struct flood_sett
 	*(__u16 *)(data + STAMP_PEERS) = row->peers;
 }
 
-/* Write the short stamp in the SHORT_STAMP_LEN bytes the frame's data now starts with. Its VNI is known by slot
- * only: were the slot to pass to another VNI between ingress and egress (only when every slot is taken, see
- * plan.assign_slots), egress would take the new VNI's row, whose members are not the old VNI's ports. */
+/* A flooded copy's metadata is its short stamp or nothing: metadata the frame came with (from the driver, or a
+ * program before this one) is dropped, so egress never takes it for a stamp. */
+static __always_inline void drop_meta(struct xdp_md *ctx)
+{
+	void *meta = (void *)(long)ctx->data_meta;
+	void *data = (void *)(long)ctx->data;
+
+	if (meta < data)
+		bpf_xdp_adjust_meta(ctx, (int)(data - meta));
+}
+
+/* Give the frame the short stamp (see SHORT_STAMP_LEN). Its VNI is known by slot only: were the slot to pass to
+ * another VNI between ingress and egress (only when every slot is taken, see plan.assign_slots), egress would take
+ * the new VNI's row, whose members are not the old VNI's ports. */
 static __always_inline int short_stamp(struct xdp_md *ctx, struct frame *f, __u32 flags)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *data_end = (void *)(long)ctx->data_end;
+	__u32 word, *stamp;
 
-	if (data + SHORT_STAMP_LEN > data_end)
-		return -1;
 	f->cpu->seq += 2;
-	*(__u32 *)data =
-		(f->cpu->seq >> 1) << SHORT_SEQ_SHIFT | (__u32)f->vni_slot << SHORT_SLOT_SHIFT | SHORT_NONZERO | flags;
+	word = (f->cpu->seq >> 1) << SHORT_SEQ_SHIFT | (__u32)f->vni_slot << SHORT_SLOT_SHIFT | SHORT_NONZERO | flags;
+	drop_meta(ctx);
+	if (!bpf_xdp_adjust_meta(ctx, -SHORT_STAMP_LEN)) {
+		stamp = (void *)(long)ctx->data_meta;
+		if ((void *)(stamp + 1) > (void *)(long)ctx->data)
+			return -1;
+		*stamp = word;
+		return 0;
+	}
+	if (bpf_xdp_adjust_head(ctx, -SHORT_STAMP_LEN))
+		return -1;
+	stamp = (void *)(long)ctx->data;
+	if ((void *)(stamp + 1) > (void *)(long)ctx->data_end)
+		return -1;
+	*stamp = word;
 	return 0;
 }
 
@@ -776,7 +800,8 @@ static __always_inline int flood_local(struct xdp_md *ctx, struct frame *f)
 		if (data + VXLAN_OVERHEAD > data_end)
 			return XDP_DROP;
 		stamp(data, f, row, 0);
-	} else if (bpf_xdp_adjust_head(ctx, -SHORT_STAMP_LEN) || short_stamp(ctx, f, 0)) {
+		drop_meta(ctx);
+	} else if (short_stamp(ctx, f, 0)) {
 		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
 	}
 	count_fdb(f, FDB_FLOODED);
@@ -892,7 +917,8 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 		if (data + VXLAN_OVERHEAD > data_end)
 			return XDP_DROP;
 		stamp(data, f, row, STAMP_FROM_TUNNEL);
-	} else if (bpf_xdp_adjust_head(ctx, outer_len - SHORT_STAMP_LEN) || short_stamp(ctx, f, SHORT_FROM_TUNNEL)) {
+		drop_meta(ctx);
+	} else if (bpf_xdp_adjust_head(ctx, outer_len) || short_stamp(ctx, f, SHORT_FROM_TUNNEL)) {
 		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
 	}
 	count_fdb(f, FDB_FLOODED);
@@ -1004,8 +1030,10 @@ static __always_inline int local_copy(struct xdp_md *ctx, struct port_config *po
 	return bpf_xdp_adjust_head(ctx, skip) ? DROP_MALFORMED : -1;
 }
 
-/* A copy of a frame with the short stamp: tunnel copies get their whole Outer here. */
-static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *port, __u32 ifindex, __u32 word)
+/* A copy of a frame with the short stamp `word`, read from its first `skip` bytes (or its metadata: skip 0): tunnel
+ * copies get their whole Outer here. */
+static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *port, __u32 ifindex, __u32 word,
+				      int skip)
 {
 	__u32 slot = (word >> SHORT_SLOT_SHIFT) & SHORT_SLOT_MASK, zero = 0;
 	struct traffic_stats *vs = bpf_map_lookup_elem(&vni_stats, &slot);
@@ -1019,7 +1047,7 @@ static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *po
 	if (!row)
 		return drop(port->slot, vs, DROP_NO_OUTER);
 	if (port->kind != PORT_TUNNEL) {
-		reason = local_copy(ctx, port, ifindex, row->vni, SHORT_STAMP_LEN);
+		reason = local_copy(ctx, port, ifindex, row->vni, skip);
 		if (reason >= 0)
 			return drop(port->slot, vs, reason);
 	} else {
@@ -1028,10 +1056,10 @@ static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *po
 		peer = copy_peer(port->slot, ifindex, row->vni, word, row->tunnel_ifindex, row->first_peer, row->peers);
 		if (!peer)
 			return drop(port->slot, vs, DROP_NO_PEER);
-		if (data_end - data - SHORT_STAMP_LEN + VXLAN_OVERHEAD - (int)sizeof(struct ethhdr) > port->mtu)
+		if (data_end - data - skip + VXLAN_OVERHEAD - (int)sizeof(struct ethhdr) > port->mtu)
 			return drop(port->slot, vs, DROP_MTU);
 		cpu = bpf_map_lookup_elem(&cpu_state, &zero);
-		if (!cpu || bpf_xdp_adjust_head(ctx, SHORT_STAMP_LEN) || push_outer(ctx, cpu, row->vni))
+		if (!cpu || bpf_xdp_adjust_head(ctx, skip) || push_outer(ctx, cpu, row->vni))
 			return drop(port->slot, vs, DROP_MALFORMED);
 		data = (void *)(long)ctx->data;
 		data_end = (void *)(long)ctx->data_end;
@@ -1050,20 +1078,32 @@ SEC("xdp/devmap")
 int vtep_egress(struct xdp_md *ctx)
 {
 	__u32 ifindex = ctx->egress_ifindex, vni, vni_slot;
+	__u32 *meta = (void *)(long)ctx->data_meta;
 	__u8 *data = (void *)(long)ctx->data;
 	__u8 *data_end = (void *)(long)ctx->data_end;
 	struct traffic_stats *vs;
 	struct port_config *port;
 	struct peer *peer;
+	__u32 word;
 	int reason;
 
 	port = bpf_map_lookup_elem(&port_config, &ifindex);
 	if (!port || port->kind == PORT_NONE)
 		return XDP_DROP; /* not a VTEP port (any more): nothing to count it on */
+	if ((void *)(meta + 1) <= (void *)data) {
+		barrier_var(meta); /* else the compiler makes the two tests one (!=), which proves no length */
+		if ((void *)(meta + 1) == (void *)data) {
+			/* The short stamp as the copy's whole metadata, which does not leave with the copy. */
+			word = *meta;
+			if (bpf_xdp_adjust_meta(ctx, SHORT_STAMP_LEN))
+				return drop(port->slot, NULL, DROP_MALFORMED);
+			return short_copy(ctx, port, ifindex, word, 0);
+		}
+	}
 	if (data + SHORT_STAMP_LEN > data_end)
 		return drop(port->slot, NULL, DROP_NO_OUTER);
 	if (!(*(__u32 *)data & 1))
-		return short_copy(ctx, port, ifindex, *(__u32 *)data);
+		return short_copy(ctx, port, ifindex, *(__u32 *)data, SHORT_STAMP_LEN);
 	if (data + VXLAN_OVERHEAD > data_end)
 		return drop(port->slot, NULL, DROP_NO_OUTER);
 	vni = bpf_ntohl(*(__be32 *)(data + OUTER_VXLAN_VNI)) >> 8;

@@ -260,6 +260,7 @@ class TestRunResult:
     retval: int
     duration_ns: int
     data_out: bytes | None
+    ctx_out: bytes | None = None  # the context after the run, when one was given (XDP: data is the metadata length)
 
 
 class _Lib:
@@ -571,15 +572,20 @@ def prog_test_run(
         out = ctypes.create_string_buffer(data_out_size or max(len(data) + 256, 4096))
         opts.data_out = ctypes.addressof(out)
         opts.data_size_out = len(out)
-    ctx_buf = None
+    ctx_buf = ctx_out = None
     if ctx is not None:
         ctx_buf = ctypes.create_string_buffer(ctx, len(ctx))
         opts.ctx_in = ctypes.addressof(ctx_buf)
         opts.ctx_size_in = len(ctx)
+        if not live:
+            ctx_out = ctypes.create_string_buffer(len(ctx))
+            opts.ctx_out = ctypes.addressof(ctx_out)
+            opts.ctx_size_out = len(ctx)
     # ctypes releases the GIL for the call, so sender threads run in parallel.
     _check("bpf_prog_test_run_opts", lib().bpf_prog_test_run_opts(prog_fd, opts))
     data_out = out.raw[: opts.data_size_out] if out is not None else None
-    return TestRunResult(retval=opts.retval, duration_ns=opts.duration, data_out=data_out)
+    ctx_after = ctx_out.raw[: opts.ctx_size_out] if ctx_out is not None else None
+    return TestRunResult(retval=opts.retval, duration_ns=opts.duration, data_out=data_out, ctx_out=ctx_after)
 
 
 # ---- maps --------------------------------------------------------------------------------------------------
