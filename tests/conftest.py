@@ -97,6 +97,7 @@ def pytest_configure(config):
                 "skip without it; run them as root, or only tests/unit (make unit) without root"
             )
 
+
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory):
     """The test lab, fresh for the session (a leftover of the same prefix, stale or running, is removed first),
