@@ -327,3 +327,31 @@ def test_a_re_created_vxlan_device_gets_its_static_entries_again():
     # the entry at acc100 stays; the one at the vxlan device goes with it and comes back
     assert lines[-1] == f"VNI 100: + static MAC {FAR} at remote 198.51.100.243 via up0"
     assert not any(PORTED in line for line in lines)
+
+
+def test_guards_that_are_missing_wrong_or_left_behind_are_repaired():
+    """Every bridge and bridge port of the module's keeps frames from the host's own stack (a VXLAN packet sent
+    inside an endpoint's frames would otherwise be decapsulated into another VNI): each drift is planned."""
+    not_direct = lv.Guard(lv.PORT_GUARD, direct_action=False)  # its program's verdicts would be ignored
+    misplaced = lv.Guard(lv.BRIDGE_GUARD, prio=5)
+    state = host(
+        link("xbr100", 20, "bridge", guards=[]),  # someone removed it
+        link("xvx100", 21, "vxlan", mtu=1550, master=20, vxlan=vxlan_data(100), guards=[not_direct]),
+        link("acc100", 4, "veth", master=20, guards=[lv.Guard(lv.PORT_GUARD), misplaced]),
+        link("acc200", 5, "veth", guards=[lv.Guard(lv.PORT_GUARD)]),  # once a port, now in no VNI
+        remotes={21: {lv.Remote("198.51.100.242", 2), lv.Remote("198.51.100.243", 2)}},
+    )
+    steps = lv.plan(desired(DOCUMENT, state), state)
+    assert [s.line for s in steps] == [
+        "VNI 100: + filter xdpfleet_bridge on xbr100 (drops every frame the bridge hands up to this host)",
+        "VNI 100: - filter xdpfleet_port on xvx100",
+        "VNI 100: + filter xdpfleet_port on xvx100 (drops 01:80:c2:00:00:01-0f, which the bridge hands up to this host "
+        "instead of forwarding)",
+        "VNI 100: - filter xdpfleet_bridge on acc100",
+        "host: - filter xdpfleet_port on acc200",
+    ]
+    assert [(s.op, s.args) for s in steps[1:3]] == [
+        ("guard_del", {"name": "xvx100", "guard": not_direct}),
+        ("guard_set", {"name": "xvx100", "guard": lv.PORT_GUARD}),
+    ]
+    assert lv.changes(steps).result()["diff"]["before"].splitlines()[-1] == "host: filter xdpfleet_port on acc200"
