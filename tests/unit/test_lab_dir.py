@@ -82,3 +82,10 @@ def test_a_lab_dir_in_a_directory_others_may_write_to_is_refused(tmp_path):
     assert not (shared / "lab").exists()
     shared.chmod(0o1777)  # as /tmp: only the owner of an entry may rename or remove it
     labutil._make_lab_dir(str(shared / "lab"))
+
+
+def test_missing_parents_are_made_0700_too(tmp_path):
+    lab_dir = tmp_path / "labs" / "mine" / "lab"
+    labutil._make_lab_dir(str(lab_dir))
+    for path in (tmp_path / "labs", tmp_path / "labs" / "mine", lab_dir):
+        assert stat.S_IMODE(os.lstat(path).st_mode) == 0o700

@@ -262,9 +262,18 @@ def check_lab_dir_owner(lab_dir: str) -> None:
 
 
 def _make_lab_dir(lab_dir: str) -> None:
-    """Create the lab dir, mode 0700: mkdir fails on anything already there (a directory, a file, a symbolic link)
-    instead of using it, so whoever made a path first cannot hand the lab a directory they control."""
-    check_lab_dir_ancestors(lab_dir)
+    """Create the lab dir, mode 0700 (and its missing parents, also 0700): mkdir fails on anything already there
+    (a directory, a file, a symbolic link) instead of using it, so whoever made a path first cannot hand the lab a
+    directory they control."""
+    missing = []
+    parent = os.path.dirname(lab_dir)
+    while not os.path.lexists(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    check_lab_dir_ancestors(missing[-1] if missing else lab_dir)
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile: the check below tells whose it is
+            os.mkdir(path, 0o700)
     try:
         os.mkdir(lab_dir, 0o700)
     except FileExistsError:

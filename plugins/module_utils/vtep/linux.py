@@ -820,8 +820,9 @@ TC_ACT_UNSPEC, TC_ACT_SHOT = -1, 2
 
 def guard_program(guard: str) -> bytes:
     """The guard's instructions. The bridge's drops everything; a port's drops frames to 01:80:c2:00:00:01-0f and
-    leaves the rest to the device's other filters and the bridge (00, the bridge group address, is forwarded and so
-    reaches the host only through the bridge device). At tc ingress the frame starts at its Ethernet header."""
+    leaves the rest to the device's other filters and the bridge (00, the bridge group address, is forwarded with STP
+    off, as on the module's bridges, and so reaches the host only through the bridge device). At tc ingress the frame
+    starts at its Ethernet header."""
     if guard == BRIDGE_GUARD:
         return bpf_insn(BPF_MOV64_IMM, dst=0, imm=TC_ACT_SHOT) + bpf_insn(BPF_EXIT)
     return b"".join(
