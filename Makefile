@@ -1,7 +1,8 @@
 # xdpfleet: developer and CI entry points. Run as root on Debian 12.
 #
 #   make demo    bring up the network-namespace lab, run site.yml, print the report, tear the lab down
-#   make test    install what is missing, lint, run unit and integration tests
+#   make test    install what is missing, lint, run unit and integration tests (as root)
+#   make unit    the unit tests alone (no root needed)
 #   make fuzz    fuzz every data plane with a million frames each
 #
 # Every target that needs them runs `deps` first; a re-run with nothing to do takes well under a second.
@@ -30,13 +31,14 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help deps apt-deps lint sanity build lab-down test fuzz demo clean abi
+.PHONY: help deps apt-deps lint sanity build lab-down need-root test unit fuzz demo clean abi
 .PHONY: bench bench-vtep bench-trafficgen scale
 
 help:
 	@echo "make demo      lab up, site.yml, print the report, lab down (KEEP_LAB=1 keeps the lab)"
 	@echo "make test      deps, lint, then pytest tests (unit + integration; needs root)"
 	@echo "make fuzz      fuzz every data plane, FUZZ_FRAMES (1000000) frames each from FUZZ_SEED (needs root)"
+	@echo "make unit      pytest tests/unit (no root needed)"
 	@echo "make deps      Debian packages (only missing ones) and the .venv from pyproject.toml"
 	@echo "make lint      ruff, the host-Python checks (vermin), ansible-lint --profile production, make sanity"
 	@echo "make sanity    ansible-test sanity on the built collection (SANITY_ARGS=\"--test pylint\" passes options)"
@@ -112,7 +114,15 @@ lab-down: deps
 # PYTEST_WORKERS files run side by side (pytest-xdist), each worker with a lab of its own (tests/conftest.py);
 # PYTEST_WORKERS=0 runs them one after the other in one process.
 PYTEST_WORKERS ?= 2
-test: deps lint
+# First, before deps and lint: without root most of the suite (kernel, lab and integration tests) could not run.
+need-root:
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "test: make test needs root (network namespaces, XDP, the lab's sshd); run it as root, or make unit" \
+			"for the unit tests alone" >&2; \
+		exit 1; \
+	fi
+
+test: need-root deps lint
 	@rc=0; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(CURDIR)/tests \
 		|| rc=$$?; \
 	if [ "$$rc" = 5 ]; then echo "test: pytest collected no tests" >&2; fi; \
@@ -130,6 +140,9 @@ FUZZ_SEED ?= $(shell date +%s)
 fuzz: deps
 	FUZZ_FRAMES=$(FUZZ_FRAMES) FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest -p no:xdist -s -q \
 		$(CURDIR)/tests/kernel/test_fuzz_*.py
+
+unit: deps
+	$(BIN)/python -m pytest $(CURDIR)/tests/unit
 
 # The lab is torn down on exit, also after a failure or Ctrl-C, unless KEEP_LAB=1.
 demo: deps

@@ -70,7 +70,7 @@ START_FIRST = (
 
 
 def pytest_collection_modifyitems(items):
-    # Every test that uses the lab is a `lab` test: `-m "not lab"` runs the rest without root.
+    # Every test that uses the lab is a `lab` test: `-m "not lab"` runs the rest without the lab.
     for item in items:
         if "lab" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.lab)
@@ -80,6 +80,22 @@ def pytest_collection_modifyitems(items):
         return START_FIRST.index(path) if path in START_FIRST else len(START_FIRST)
 
     items.sort(key=start_rank)  # stable: the tests of a file keep their order
+
+
+UNIT_TESTS = REPO / "tests" / "unit"
+
+
+def pytest_configure(config):
+    # Without root every test outside tests/unit would only skip, and the run pass having tested nothing. Decided
+    # from the paths asked for, before collection, so that it stops a run with pytest-xdist workers the same way.
+    if os.geteuid() != 0:
+        paths = [Path(config.invocation_params.dir, arg.split("::")[0]).resolve() for arg in config.args]
+        needs_root = [str(path) for path in paths if not path.is_relative_to(UNIT_TESTS)]
+        if needs_root:
+            raise pytest.UsageError(
+                f"{needs_root[0]}: these tests need root (network namespaces, XDP, the lab's sshd) and would only "
+                "skip without it; run them as root, or only tests/unit (make unit) without root"
+            )
 
 
 @pytest.fixture(scope="session")

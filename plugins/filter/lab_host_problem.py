@@ -10,7 +10,10 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab import La
 
 def lab_host_problem(lab_dir: str, host: str, mgmt_ip: str | None = None) -> str:
     """'' when `host` of the lab recorded in `lab_dir` runs (at `mgmt_ip`, when given), else what is wrong."""
-    state = load_state(lab_dir)
+    try:
+        state = load_state(lab_dir)
+    except LabError as exc:
+        return str(exc)
     if state is None:
         return f"no lab is recorded in {lab_dir}"
     if state.get("status") != "up":

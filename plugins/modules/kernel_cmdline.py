@@ -50,8 +50,9 @@ options:
   present:
     description:
       - Arguments that must be on the command line, each C(key), C(key=value) or a bare flag.
-      - An argument must not be empty, contain whitespace, quotes, C(\), C($) or a backtick, start with C(=), or be
-        C(--).
+      - An argument must be printable ASCII and must not be empty, contain whitespace, quotes, C(\), C($), a
+        backtick, C(;), C(|), C(&), C(<), C(>), C({), C(}) or C(#) (what the shell in C(/etc/default/grub) or GRUB's
+        script in C(grub.cfg) would interpret), start with C(=), or be C(--).
     type: list
     elements: str
     default: []

@@ -69,6 +69,10 @@ options:
     description:
       - Directory for keys, known_hosts, per-host files and C(state.json). Defaults to
         C(/tmp/xdpfleet-lab-<prefix>). Must not lie inside one of the O(private_dirs).
+      - The lab creates it (mode 0700) and refuses one that already exists when it starts. Any existing lab dir it
+        reads or removes must be a directory (not a symbolic link) of the user running the lab with mode 0700, in
+        directories that belong to root or that user and that no one else can write to without the sticky bit, since
+        the hosts' sshd, running as root, trusts the key inside it.
     type: path
   private_dirs:
     description:

@@ -43,11 +43,18 @@ description:
     I(allow_management_port) says so.
   - Access ports are enslaved to the VNI's bridge and brought up. They are released from the bridge when they leave
     the document, and left up. An access port that belongs to a bridge or bond this module did not make is refused.
+  - No frame from the overlay reaches the host's own IP stack. The host accepts packets for any of its addresses on
+    any interface, and the kernel's vxlan socket listens on all of them, so a VXLAN packet that an endpoint sends
+    inside its frames would otherwise be decapsulated into another VNI. Each bridge gets a tc ingress filter
+    C(xdpfleet_bridge) that drops every frame it hands up to the host, and each of its ports (the vxlan device and
+    the access ports) a filter C(xdpfleet_port) that drops frames to 01:80:c2:00:00:01-0f, the 802.1 group
+    addresses a bridge hands up on the port instead of forwarding. Both are small BPF programs (clsact, first in
+    line); they are shown, added and repaired like the devices, and an access port's is removed when it leaves.
 author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
   - pyroute2 >= 0.9 and jsonschema >= 4.20 on the host
-  - Linux with the vxlan and bridge drivers
+  - Linux with the vxlan and bridge drivers, clsact and cls_bpf, and libbpf (libbpf.so.1) on the host
 options:
   config:
     description:

@@ -8,6 +8,7 @@ import ipaddress
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -67,6 +68,18 @@ def test_hosts_answer_over_ssh_with_their_own_hostname(lab):
         assert lab.host_exec(host, ["hostname"]).stdout.strip() == host
         assert lab.host_exec(host, ["cat", "/proc/1/comm"]).stdout.strip() == "sshd"
         assert "default" not in lab.host_exec(host, ["ip", "route"]).stdout
+
+
+def test_lab_dir_is_private_and_sshd_checks_the_key_modes(lab):
+    # The hosts' sshd (root) trusts the key in the lab dir: only root may reach it, and sshd itself checks that no one
+    # else can write the key file it reads or a directory above it (the hosts answer over SSH above with this).
+    st = os.lstat(lab.lab_dir)
+    assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == 0
+    for host in ("a", "b"):
+        config = Path(lab.lab_dir, "hosts", host, "sshd_config").read_text().splitlines()
+        assert "StrictModes yes" in config and f"AuthorizedKeysFile {labutil.AUTHORIZED_KEYS}" in config
+        effective = lab.host_exec(host, ["/usr/sbin/sshd", "-T", "-f", f"{lab.lab_dir}/hosts/{host}/sshd_config"])
+        assert "strictmodes yes" in effective.stdout.splitlines()
 
 
 def test_each_host_has_its_own_bpffs_shared_by_its_sessions(lab):

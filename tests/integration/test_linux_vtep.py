@@ -34,6 +34,9 @@ OVERLAY_V4 = {E1: "198.51.100.249", E2: "198.51.100.250"}  # 198.51.100.248/29
 OVERLAY_V6 = {E1: "2001:db8:f0::1", E2: "2001:db8:f0::2"}
 UPLINK, ACCESS, TRUNK = "xgup0", "xgacc100", "xgtrk0"
 OTHER = {H1: H2, H2: H1}
+# What the module's filters against frames for the host's own stack do (its changes name them).
+BRIDGE_FILTER = "drops every frame the bridge hands up to this host"
+PORT_FILTER = "drops 01:80:c2:00:00:01-0f, which the bridge hands up to this host instead of forwarding"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces, veth, vxlan)")
 
@@ -192,13 +195,16 @@ def test_overlay_ping_both_ways_and_second_run_unchanged(topo):
     for host in (H1, H2):
         first = apply(topo, host)
         assert first.result["changed"] is True
-        assert first.changes[:3] == [
+        assert first.changes[:5] == [
             "VNI 100: + bridge xbr100 (ageing 300 s)",
+            f"VNI 100: + filter xdpfleet_bridge on xbr100 ({BRIDGE_FILTER})",
             f"VNI 100: + vxlan xvx100 (local {UNDERLAY[host]}, dev xgup0, dstport 4789, MTU 1550, learning on, "
             "ageing 300 s)",
+            f"VNI 100: + filter xdpfleet_port on xvx100 ({PORT_FILTER})",
             "VNI 100: + vxlan xvx100 into bridge xbr100",
         ], first
         assert f"VNI 100: + access port {ACCESS}" in first.changes
+        assert f"VNI 100: + filter xdpfleet_port on {ACCESS} ({PORT_FILTER})" in first.changes
         assert f"VNI 100: + peer {UNDERLAY[OTHER[host]]} via {UPLINK}" in first.changes
         assert first.result["vnis"] == {
             "100": {
@@ -266,9 +272,11 @@ def test_drift_is_repaired_in_place(topo):
     sh("ip", "link", "set", "xbr100", "type", "bridge", "ageing_time", "1000", ns=H1)
     sh("bridge", "link", "set", "dev", "xvx100", "learning", "off", ns=H1)
     sh("ip", "link", "set", ACCESS, "nomaster", ns=H1)
+    sh("tc", "filter", "del", "dev", "xbr100", "ingress", ns=H1)
     repaired = apply(topo, H1)
     assert repaired.changes == [
         "VNI 100: ~ bridge xbr100 ageing 10 s -> 300 s",
+        f"VNI 100: + filter xdpfleet_bridge on xbr100 ({BRIDGE_FILTER})",
         "VNI 100: ~ vxlan xvx100 learning off -> on",
         "VNI 100: ~ vxlan xvx100 ageing 60 s -> 300 s",
         "VNI 100: ~ vxlan xvx100 MTU 1400 -> 1550",
@@ -290,8 +298,10 @@ def test_a_vni_dropped_from_the_document_is_removed(topo):
     grown = apply(topo, H1, extra_vnis=extra)
     assert grown.changes == [
         "VNI 16777215: + bridge xbr16777215 (ageing 300 s)",
+        f"VNI 16777215: + filter xdpfleet_bridge on xbr16777215 ({BRIDGE_FILTER})",
         "VNI 16777215: + vxlan xvx16777215 (local 198.51.100.241, dev xgup0, dstport 4789, MTU 1550, learning on, "
         "ageing 300 s)",
+        f"VNI 16777215: + filter xdpfleet_port on xvx16777215 ({PORT_FILTER})",
         "VNI 16777215: + vxlan xvx16777215 into bridge xbr16777215",
         f"VNI 16777215: + peer {UNDERLAY[H2]} via {UPLINK}",
     ], grown
@@ -314,7 +324,9 @@ def test_an_access_port_moves_to_another_vni(topo):
     assert moved.status == "ok", moved
     assert moved.changes == [
         "VNI 101: + bridge xbr101 (ageing 300 s)",
+        f"VNI 101: + filter xdpfleet_bridge on xbr101 ({BRIDGE_FILTER})",
         "VNI 101: + vxlan xvx101 (local 198.51.100.241, dev xgup0, dstport 4789, MTU 1550, learning on, ageing 300 s)",
+        f"VNI 101: + filter xdpfleet_port on xvx101 ({PORT_FILTER})",
         "VNI 101: + vxlan xvx101 into bridge xbr101",
         f"VNI 101: + access port {ACCESS}",
         f"VNI 101: + peer {UNDERLAY[H2]} via {UPLINK}",
@@ -377,6 +389,7 @@ def test_absent_removes_only_its_own_devices(topo):
             f"VNI 100: - access port {ACCESS}",
             "VNI 100: - vxlan xvx100",
             "VNI 100: - bridge xbr100",
+            f"VNI 100: - filter xdpfleet_port on {ACCESS}",  # no longer a bridge port: its frames go up again
         ], gone
         assert link(host, "xbr100") is None and link(host, "xvx100") is None
         assert not (topo[host] / "linux_vtep.json").exists()

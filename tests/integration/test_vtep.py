@@ -15,6 +15,7 @@ import copy
 import json
 import re
 import secrets
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -341,14 +342,14 @@ class TestPreserveMode:
         assert counters(lab, "d")["ports"]["trunk0"]["drops"]["vid_mismatch"] >= before + 1
 
 
-def vxlan_frame(dst_mac, src_ip, dst_ip, vni, inner):
+def vxlan_frame(dst_mac, src_ip, dst_ip, vni, inner, src_mac=None):
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
     from scapy.layers.vxlan import VXLAN
     from scapy.packet import Raw
 
-    return bytes(Ether(dst=dst_mac) / IP(src=src_ip, dst=dst_ip) / UDP(sport=50001, dport=4789) / VXLAN(vni=vni)
-                 / Raw(inner))  # fmt: skip
+    return bytes(Ether(dst=dst_mac, src=src_mac) / IP(src=src_ip, dst=dst_ip) / UDP(sport=50001, dport=4789)
+                 / VXLAN(vni=vni) / Raw(inner))  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -375,6 +376,67 @@ def test_tunnel_admission(fabric, src_ip, vni, reason):
     )
     assert got == {}
     assert counters(lab, "a")["ports"]["ul-l"]["drops"][reason] == before + 1
+
+
+@pytest.fixture
+def l_in_vni200(fabric):
+    """l serves VNI 200 too, with an endpoint l200 behind a new access port acc200 (the lab has neither), peered
+    with a, b and c; put back afterwards."""
+    lab, first, endpoints = fabric
+    l200 = Port(f"{lab.prefix}-l200", "eth0")
+    args = first.result(task=LINUX_TASK, host="l")["invocation"]["module_args"]
+    config = copy.deepcopy(args["config"])
+    peers = ["198.51.100.109", "198.51.100.98", "198.51.100.102"]  # a (ul-l), b, c
+    config["vnis"].append({"vni": 200, "access_ports": ["acc200"], "peers": [{"ip": p, "via": "ul-a"} for p in peers]})
+
+    def configure(document):
+        result = lab.run_tasks([{"name": "configure", "xdpfleet.fabric.linux_vtep": {"config": document}}], hosts="l")
+        assert result.rc == 0, result
+
+    def run_ip(*argv):
+        subprocess.run(["ip", *argv], check=True, capture_output=True, timeout=30)
+
+    run_ip("netns", "add", l200.ns)
+    try:
+        run_ip("-n", f"{lab.prefix}-l", "link", "add", "acc200", "type", "veth", "peer", "name", l200.ifname,
+               "netns", l200.ns)  # fmt: skip
+        run_ip("-n", l200.ns, "link", "set", "eth0", "up")
+        configure(config)
+        yield lab, endpoints, l200
+    finally:
+        configure(args["config"])
+        run_ip("netns", "del", l200.ns)  # with eth0, and so with its peer acc200 on l
+
+
+def test_vxlan_sent_inside_an_endpoints_frames_is_not_decapsulated_into_another_vni(l_in_vni200):
+    """a100 (VNI 100, behind the XDP VTEP a) sends VXLAN packets of VNI 200 addressed to l's tunnel address (and to
+    the broadcast address) inside its own frames, to every destination MAC for which l's bridge hands a frame up to
+    l's own IP stack: broadcast, the bridge's MAC, and the 802.1 group addresses it does not forward (handed up on
+    the port). l's vxlan socket listens on every address: none of it may come out at a VNI-200 endpoint, neither
+    l200 nor a200, b200, c200 behind the XDP VTEPs (which get l's VNI-200 floods). The XDP VTEPs hand nothing from
+    an access port to their own stack, and only l serves VXLAN from a kernel socket."""
+    lab, endpoints, l200 = l_in_vni200
+    bridge_mac = lab.host_exec("l", ["cat", "/sys/class/net/xbr100/address"]).stdout.strip()
+    watched = {"l200": l200, **{name: endpoints[name] for name in VNI200}}
+    sent, frames = {}, []
+    for dst_mac in (BROADCAST, bridge_mac, "01:80:c2:00:00:0e", "01:80:c2:00:00:02"):
+        for dst_ip in (L_TUNNEL_IP, "255.255.255.255"):
+            marker = new_marker()
+            inner = build_frame(BROADCAST, station(), marker=marker)
+            src_mac = mac(*endpoints["a100"])
+            frames.append(vxlan_frame(dst_mac, ADDRESS["a100"], dst_ip, 200, inner, src_mac=src_mac))
+            sent[marker] = f"{dst_mac} {dst_ip}"
+    with contextlib.ExitStack() as stack:
+        captures = {name: stack.enter_context(Capture(*port)) for name, port in watched.items()}
+        l100 = stack.enter_context(Capture(*endpoints["l100"]))
+        send(*endpoints["a100"], frames)
+        # The broadcast ones arrive at l100 as they were sent: they crossed the overlay to l, as all the others did.
+        crossed = [m for m, what in sent.items() if what.startswith(BROADCAST) and l100.wait_for(m, timeout=2)]
+        time.sleep(0.5)
+    assert len(crossed) == 2
+    leaked = {name: sorted(what for m, what in sent.items() if cap.with_marker(m)) for name, cap in captures.items()}
+    assert leaked == {name: [] for name in watched}
+    assert "4789" not in "".join(lab.host_exec(h, ["ss", "-Hlun"]).stdout for h in ("a", "b", "c", "d"))
 
 
 def test_oversized_frames_after_mtu_drift_are_dropped_and_counted(fabric):

@@ -30,7 +30,7 @@ def lab(tmp_path) -> Lab:
 def record(lab: Lab, pids: dict[str, int]) -> None:
     """A lab record (state.json) as xdpfleet.fabric.lab writes it for a lab that is up, with these host pids."""
     hosts = {host["name"]: {"pid": pids.get(host["name"], 0), "mgmt_ip": host["mgmt_ip"]} for host in lab.hosts}
-    Path(lab.lab_dir).mkdir()
+    Path(lab.lab_dir).mkdir(mode=0o700)
     (Path(lab.lab_dir) / "state.json").write_text(json.dumps({"status": "up", "hosts": hosts}))
 
 
@@ -82,7 +82,7 @@ def test_any_other_inventory_is_left_alone():
 
 def test_what_the_filter_says_of_a_record_that_does_not_match(tmp_path):
     lab_dir = tmp_path / "lab"
-    lab_dir.mkdir()
+    lab_dir.mkdir(mode=0o700)
     state = lab_dir / "state.json"
     state.write_text(json.dumps({"status": "building", "hosts": {}}))
     building = f"the lab in {lab_dir} is 'building', not 'up' (its start was interrupted)"

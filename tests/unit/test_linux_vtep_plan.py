@@ -9,12 +9,19 @@ import pytest
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import linux as lv
 
+FOREIGN_BRIDGE = 7  # br0 in host(): a bridge this module did not make
+
 
 def link(name, index, kind=None, mtu=1500, master=0, up=True, **extra) -> lv.Link:
     if master:
         extra.setdefault("port_learning", True)
     if kind == "bridge":
         extra.setdefault("ageing_time", 300.0)
+    # The module's bridges and their ports carry their guards, as apply() leaves them, unless a test says otherwise.
+    if kind == "bridge" and lv.own_device(name, kind):
+        extra.setdefault("guards", [lv.Guard(lv.BRIDGE_GUARD)])
+    elif kind == "vxlan" or master not in (0, FOREIGN_BRIDGE):
+        extra.setdefault("guards", [lv.Guard(lv.PORT_GUARD)])
     return lv.Link(name, index, kind, mtu, f"02:00:00:00:00:{index:02x}", up, master, **extra)
 
 
@@ -30,8 +37,8 @@ def host(*extra: lv.Link, remotes=None, bridge_statics=None, vxlan_statics=None)
         link("acc100", 4, "veth"),
         link("acc200", 5, "veth"),
         link("trk0", 6, "veth"),
-        link("br0", 7, "bridge"),
-        link("acc300", 8, "veth", master=7),
+        link("br0", FOREIGN_BRIDGE, "bridge"),
+        link("acc300", 8, "veth", master=FOREIGN_BRIDGE),
         *extra,
     ]
     addresses = {2: {"198.51.100.241"}, 3: {"198.51.100.245"}}
@@ -115,6 +122,7 @@ def test_drift_is_planned_as_changes_with_the_items_before_and_after():
         "VNI 100: + peer 198.51.100.243 via up0",
         "VNI 100: - access port acc200",
         "VNI 100: - peer 198.51.100.249 via up0",
+        "VNI 100: - filter xdpfleet_port on acc200",  # released: it takes its frames up to the host again
     ]
     # one netlink change each for the bridge and the vxlan device sets every attribute that drifted
     assert [s.op for s in steps[:4]] == ["bridge_set", "noop", "vxlan_set", "noop"]
@@ -129,7 +137,8 @@ def test_drift_is_planned_as_changes_with_the_items_before_and_after():
         "VNI 100: bridge port xvx100 learning off\n"
         "VNI 100: bridge port acc100 learning off\n"
         "VNI 100: access port acc200\n"
-        "VNI 100: peer 198.51.100.249 via up0\n",
+        "VNI 100: peer 198.51.100.249 via up0\n"
+        "VNI 100: filter xdpfleet_port on acc200\n",
         "after": "VNI 100: bridge xbr100 multicast snooping off\n"
         "VNI 100: bridge xbr100 ageing 300 s\n"
         "VNI 100: vxlan xvx100 learning on\n"
@@ -177,7 +186,10 @@ def test_a_new_vni_is_all_after_and_a_dropped_one_all_before():
     result = lv.changes(lv.plan(desired(DOCUMENT, state), state)).result()
     assert result["changes"] == [
         "VNI 100: + bridge xbr100 (ageing 300 s)",
+        "VNI 100: + filter xdpfleet_bridge on xbr100 (drops every frame the bridge hands up to this host)",
         "VNI 100: + vxlan xvx100 (local 198.51.100.241, dev up0, dstport 4789, MTU 1550, learning on, ageing 300 s)",
+        "VNI 100: + filter xdpfleet_port on xvx100 (drops 01:80:c2:00:00:01-0f, which the bridge hands up to this host "
+        "instead of forwarding)",
         "VNI 100: + vxlan xvx100 into bridge xbr100",
         "VNI 100: + access port acc100",
         "VNI 100: + peer 198.51.100.242 via up0",
@@ -197,7 +209,10 @@ def test_a_new_vni_is_all_after_and_a_dropped_one_all_before():
     ]
     assert result["diff"]["after"].splitlines() == [
         "VNI 100: bridge xbr100 (ageing 300 s)",
+        "VNI 100: filter xdpfleet_bridge on xbr100 (drops every frame the bridge hands up to this host)",
         "VNI 100: vxlan xvx100 (local 198.51.100.241, dev up0, dstport 4789, MTU 1550, learning on, ageing 300 s)",
+        "VNI 100: filter xdpfleet_port on xvx100 (drops 01:80:c2:00:00:01-0f, which the bridge hands up to this host "
+        "instead of forwarding)",
         "VNI 100: vxlan xvx100 in bridge xbr100",
         "VNI 100: access port acc100",
         "VNI 100: peer 198.51.100.242 via up0",
@@ -312,3 +327,31 @@ def test_a_re_created_vxlan_device_gets_its_static_entries_again():
     # the entry at acc100 stays; the one at the vxlan device goes with it and comes back
     assert lines[-1] == f"VNI 100: + static MAC {FAR} at remote 198.51.100.243 via up0"
     assert not any(PORTED in line for line in lines)
+
+
+def test_guards_that_are_missing_wrong_or_left_behind_are_repaired():
+    """Every bridge and bridge port of the module's keeps frames from the host's own stack (a VXLAN packet sent
+    inside an endpoint's frames would otherwise be decapsulated into another VNI): each drift is planned."""
+    not_direct = lv.Guard(lv.PORT_GUARD, direct_action=False)  # its program's verdicts would be ignored
+    misplaced = lv.Guard(lv.BRIDGE_GUARD, prio=5)
+    state = host(
+        link("xbr100", 20, "bridge", guards=[]),  # someone removed it
+        link("xvx100", 21, "vxlan", mtu=1550, master=20, vxlan=vxlan_data(100), guards=[not_direct]),
+        link("acc100", 4, "veth", master=20, guards=[lv.Guard(lv.PORT_GUARD), misplaced]),
+        link("acc200", 5, "veth", guards=[lv.Guard(lv.PORT_GUARD)]),  # once a port, now in no VNI
+        remotes={21: {lv.Remote("198.51.100.242", 2), lv.Remote("198.51.100.243", 2)}},
+    )
+    steps = lv.plan(desired(DOCUMENT, state), state)
+    assert [s.line for s in steps] == [
+        "VNI 100: + filter xdpfleet_bridge on xbr100 (drops every frame the bridge hands up to this host)",
+        "VNI 100: - filter xdpfleet_port on xvx100",
+        "VNI 100: + filter xdpfleet_port on xvx100 (drops 01:80:c2:00:00:01-0f, which the bridge hands up to this host "
+        "instead of forwarding)",
+        "VNI 100: - filter xdpfleet_bridge on acc100",
+        "host: - filter xdpfleet_port on acc200",
+    ]
+    assert [(s.op, s.args) for s in steps[1:3]] == [
+        ("guard_del", {"name": "xvx100", "guard": not_direct}),
+        ("guard_set", {"name": "xvx100", "guard": lv.PORT_GUARD}),
+    ]
+    assert lv.changes(steps).result()["diff"]["before"].splitlines()[-1] == "host: filter xdpfleet_port on acc200"

@@ -25,6 +25,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import time
 
@@ -41,6 +42,10 @@ except ImportError:  # the module reports this with missing_required_lib
 ALLOWED_NETWORKS = (ipaddress.ip_network("198.51.100.0/24"), ipaddress.ip_network("2001:db8::/32"))
 IFNAMSIZ_MAX = 15  # IFNAMSIZ is 16 including the trailing NUL
 SSHD = "/usr/sbin/sshd"
+# The client key a host's sshd accepts, copied at the host's start into its own /run (a fresh tmpfs, mode 0755,
+# root's): sshd checks with StrictModes that no one but root can write the file or a directory above it, which no
+# path under /tmp passes (/tmp is writable by everyone).
+AUTHORIZED_KEYS = "/run/lab-sshd/authorized_keys"
 STATE_FILE = "state.json"
 MGMT_IFNAME = "mgmt0"
 DEFAULT_PRIVATE_DIRS = ("/etc", "/var", "/boot")
@@ -211,6 +216,70 @@ def check_lab_dir(lab_dir: str | None, prefix: str) -> str:
     if not _PATH_RE.match(lab_dir) or lab_dir.count("/") < 2:
         raise LabError(f"lab_dir: {lab_dir!r} must be an absolute path of at least two levels, [A-Za-z0-9._-]")
     return lab_dir
+
+
+def check_lab_dir_ancestors(lab_dir: str) -> None:
+    """Refuse a lab dir whose parent directories let another user replace it: each must belong to root or to this
+    user and, where group or others may write into it, have the sticky bit (as /tmp has)."""
+    me = os.geteuid()
+    parent = os.path.dirname(lab_dir)
+    while True:
+        st = os.stat(parent)
+        if st.st_uid not in (0, me):
+            raise LabError(
+                f"lab_dir: {lab_dir} lies in {parent}, which belongs to uid {st.st_uid}: a directory above the lab "
+                f"dir must belong to root or to uid {me} (the user running the lab)"
+            )
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            raise LabError(
+                f"lab_dir: {lab_dir} lies in {parent} (mode {stat.S_IMODE(st.st_mode):04o}), which others may write "
+                "into without the sticky bit: they could replace the lab dir"
+            )
+        if parent == "/":
+            return
+        parent = os.path.dirname(parent)
+
+
+def check_lab_dir_owner(lab_dir: str) -> None:
+    """Refuse an existing lab dir that another user made or may change: its sshd trusts the keys inside it and runs
+    as root, so it must be a real directory (not a symbolic link) of this user's with mode 0700."""
+    st = os.lstat(lab_dir)
+    if stat.S_ISLNK(st.st_mode):
+        raise LabError(f"lab_dir: {lab_dir} is a symbolic link, not a directory of the lab's own; remove it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise LabError(f"lab_dir: {lab_dir} exists and is not a directory; remove it")
+    if st.st_uid != os.geteuid():
+        raise LabError(
+            f"lab_dir: {lab_dir} belongs to uid {st.st_uid}, not to uid {os.geteuid()} (the user running the lab): "
+            "someone else made it; remove it"
+        )
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        raise LabError(
+            f"lab_dir: {lab_dir} has mode {stat.S_IMODE(st.st_mode):04o}, not 0700: others could read or change "
+            "the lab's keys; remove it"
+        )
+    check_lab_dir_ancestors(lab_dir)
+
+
+def _make_lab_dir(lab_dir: str) -> None:
+    """Create the lab dir, mode 0700 (and its missing parents, also 0700): mkdir fails on anything already there
+    (a directory, a file, a symbolic link) instead of using it, so whoever made a path first cannot hand the lab a
+    directory they control."""
+    missing = []
+    parent = os.path.dirname(lab_dir)
+    while not os.path.lexists(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    check_lab_dir_ancestors(missing[-1] if missing else lab_dir)
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile: the check below tells whose it is
+            os.mkdir(path, 0o700)
+    try:
+        os.mkdir(lab_dir, 0o700)
+    except FileExistsError:
+        raise LabError(f"lab_dir: {lab_dir} already exists") from None
+    os.chmod(lab_dir, 0o700)  # mkdir's mode passed through the umask
+    check_lab_dir_owner(lab_dir)
 
 
 def _without_nulls(value):
@@ -449,6 +518,10 @@ def host_pids(lab_dir: str, host: str) -> tuple[int, int]:
 
 
 def load_state(lab_dir: str) -> dict | None:
+    """The lab's record, None when there is none. Raises LabError for a lab dir that is not safely the lab's."""
+    if not os.path.lexists(lab_dir):
+        return None
+    check_lab_dir_owner(lab_dir)
     text = _read(os.path.join(lab_dir, STATE_FILE))
     try:
         return json.loads(text) if text else None
@@ -472,6 +545,8 @@ def _ns_inode(name: str) -> int | None:
 
 def existing(prefix: str, lab_dir: str) -> dict:
     """Everything of this prefix that exists now: namespaces, root-namespace links, lab dir, live processes."""
+    if os.path.lexists(lab_dir):
+        check_lab_dir_owner(lab_dir)
     mine = prefix + "-"
     namespaces = sorted(n for n in netns.listnetns() if n.startswith(mine))
     with IPRoute() as ipr:
@@ -635,16 +710,16 @@ def _keygen(path: str, comment: str) -> tuple[str, str]:
     return key_type, key
 
 
-def _sshd_config(host: dict, host_dir: str, client_pub: str) -> str:
+def _sshd_config(host: dict, host_dir: str) -> str:
     return "\n".join(
         [
             f"ListenAddress {host['mgmt_ip']}",
             f"HostKey {host_dir}/ssh_host_ed25519_key",
             "PidFile none",  # the lab records the pid itself
             "UsePAM no",
-            "StrictModes no",  # keys live under /tmp
+            "StrictModes yes",
             "PermitRootLogin prohibit-password",
-            f"AuthorizedKeysFile {client_pub}",
+            f"AuthorizedKeysFile {AUTHORIZED_KEYS}",
             "PasswordAuthentication no",
             "KbdInteractiveAuthentication no",
             "PrintMotd no",
@@ -657,8 +732,9 @@ def _sshd_config(host: dict, host_dir: str, client_pub: str) -> str:
     )
 
 
-def _host_setup(host: dict, host_dir: str, private_dirs: list[str]) -> str:
+def _host_setup(host: dict, lab_dir: str, private_dirs: list[str]) -> str:
     """The shell run as PID 1 of a new host before it becomes the sshd."""
+    host_dir = f"{lab_dir}/hosts/{host['name']}"
     q = shlex.quote
     steps = ["set -e", f"hostname {q(host['name'])}", "mount -t bpf bpf /sys/fs/bpf"]
     for path in private_dirs:
@@ -674,6 +750,8 @@ def _host_setup(host: dict, host_dir: str, private_dirs: list[str]) -> str:
     steps += [
         "mount -t tmpfs -o mode=0755 tmpfs /run",
         "mkdir -m 0755 /run/sshd",
+        f"mkdir -m 0700 {q(os.path.dirname(AUTHORIZED_KEYS))}",
+        f"install -m 0600 {q(lab_dir + '/id_ed25519.pub')} {q(AUTHORIZED_KEYS)}",
         f"exec {SSHD} -D -f {q(host_dir + '/sshd_config')} -E {q(host_dir + '/sshd.log')}",
     ]
     return "; ".join(steps)
@@ -683,7 +761,7 @@ def _start_host(spec: dict, host: dict, host_dir: str) -> int:
     namespace = ns_name(spec["prefix"], host["name"])
     argv = ["ip", "netns", "exec", namespace]
     argv += ["unshare", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc", "--propagation", "private"]
-    argv += ["sh", "-c", _host_setup(host, host_dir, spec["private_dirs"])]
+    argv += ["sh", "-c", _host_setup(host, spec["lab_dir"], spec["private_dirs"])]
     with open(f"{host_dir}/start.log", "wb") as log:
         # A session of its own: the host outlives this process and is not hit by the caller's terminal signals.
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
@@ -761,9 +839,8 @@ def up(spec: dict, start_timeout: float = 20.0) -> dict:
     On any failure the half-built lab is removed again and LabError raised.
     """
     prefix, lab_dir = spec["prefix"], spec["lab_dir"]
-    if os.path.exists(lab_dir):
-        raise LabError(f"lab_dir: {lab_dir} already exists")
-    os.makedirs(f"{lab_dir}/hosts", mode=0o700)
+    _make_lab_dir(lab_dir)
+    os.mkdir(f"{lab_dir}/hosts")
     state = {"spec": spec, "status": "building", "hosts": {}}
     _save_state(lab_dir, state)  # first, so an interrupted start can be cleaned up by prefix + record
     try:
@@ -808,7 +885,7 @@ def up(spec: dict, start_timeout: float = 20.0) -> dict:
             key_type, key = _keygen(f"{host_dir}/ssh_host_ed25519_key", f"{prefix}-{host['name']}")
             known_hosts.append(f"{host['mgmt_ip']} {key_type} {key}\n")
             with open(f"{host_dir}/sshd_config", "w", encoding="utf-8") as fh:
-                fh.write(_sshd_config(host, host_dir, client_key + ".pub"))
+                fh.write(_sshd_config(host, host_dir))
             pids[host["name"]] = _start_host(spec, host, host_dir)
             state["hosts"][host["name"]] = {"pid": pids[host["name"]], "mgmt_ip": host["mgmt_ip"]}
             _save_state(lab_dir, state)

@@ -46,7 +46,12 @@ ONCE_KEYS = frozenset(
 )
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BARE_WORD = re.compile(r"^[A-Za-z0-9_.,:/=+@%-]*$")  # needs no shell quoting
-_FORBIDDEN_CHARS = "\"'\\$`"  # quotes, and what a shell or GRUB script would expand
+# Quotes and what a shell would expand ($, `, \\) in /etc/default/grub, and GRUB script's own metacharacters (;, |,
+# &, <, >, {, }) and comment sign (#): grub-mkconfig copies the arguments into grub.cfg's `linux` line as they are,
+# so `a;b` would end that command there (and run what follows as GRUB commands) and `#` cut the line short. Quoting
+# them for GRUB would mean quotes in /etc/default/grub and in grubby's entries that the kernel never sees, so the
+# arguments there would no longer compare with /proc/cmdline: they are refused instead.
+_FORBIDDEN_CHARS = "\"'\\$`;|&<>{}#"
 
 
 class KernelCmdlineError(Exception):
@@ -172,8 +177,14 @@ def check_argument(name: str, arg) -> None:
         raise KernelCmdlineError(f"{name}: an argument must not be empty")
     if any(c.isspace() for c in arg):
         raise KernelCmdlineError(f"{name}: {arg!r} must not contain whitespace (one argument per list item)")
-    if any(c in _FORBIDDEN_CHARS for c in arg):
-        raise KernelCmdlineError(f"{name}: {arg!r} must not contain quotes, '\\', '$' or '`'")
+    if any(not " " < c < "\x7f" for c in arg):
+        raise KernelCmdlineError(f"{name}: {arg!r} must be printable ASCII (no control or non-ASCII characters)")
+    forbidden = sorted({c for c in arg if c in _FORBIDDEN_CHARS}, key=_FORBIDDEN_CHARS.index)
+    if forbidden:
+        raise KernelCmdlineError(
+            f"{name}: {arg!r} must not contain quotes, '\\', or what the shell in /etc/default/grub or GRUB's script "
+            f"in grub.cfg would interpret ($ ` ; | & < > {{ }} #); found {', '.join(map(repr, forbidden))}"
+        )
     if arg.startswith("="):
         raise KernelCmdlineError(f"{name}: {arg!r} must start with a key, not '='")
     if arg == "--":

@@ -15,6 +15,16 @@ them): at the access port, or at the vxlan device together with a static entry t
 (``bridge fdb replace <mac> dev xvx<vni> dst <peer> via <tunnel port>``). The kernel drops a decapsulated frame
 whose source MAC a static vxlan entry puts at another VTEP (the XDP VTEP forwards it, counted as static_conflict).
 
+No frame from the overlay reaches this host's own IP stack: the host accepts packets for any of its addresses on any
+interface, and its vxlan socket (UDP 4789, every address) decapsulates whatever reaches it, so a VXLAN packet that
+an endpoint of one VNI sends to the host inside its frames would come out in another VNI. A bridge hands frames up
+to the host in two ways: through the bridge device (broadcast, multicast, its own MAC), and, for the reserved
+802.1 group addresses 01:80:c2:00:00:01-0f that it does not forward, through the port they came in on. So every
+bridge gets a tc ingress filter that drops all it hands up (``xdpfleet_bridge``), and every port of a bridge
+(the vxlan device, the access ports) one that drops those group addresses (``xdpfleet_port``): tiny BPF
+programs built here from raw instructions, kept by their filters after the module exits, repaired when missing.
+The bridges' own forwarding is untouched (ingress of the bridge device sees only what goes up to the host).
+
 The names fit IFNAMSIZ for every 24-bit VNI (``xbr16777215`` is 11 characters) and are how the module recognises
 its own devices; it also records them in a state file. Only the devices it makes are ever created or deleted; access
 ports are enslaved and released, and brought up, never deleted; underlay addresses are checked, never added.
@@ -34,9 +44,11 @@ import re
 import socket
 from dataclasses import dataclass, field
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import management as host_management
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import BPF_EXIT, BPF_MOV64_IMM, bpf_insn
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import FDB_SIZE_DEFAULT, VXLAN_PORT
 
@@ -53,6 +65,17 @@ except ImportError:  # the module reports this with missing_required_lib
 
 
 ZERO_MAC = "00:00:00:00:00:00"
+# The guards: tc filters on the ingress of clsact (TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)), first there (prio 1).
+TC_INGRESS = 0xFFFFFFF2
+TCA_BPF_FLAG_ACT_DIRECT = 1
+GUARD_PRIO = 1
+GUARD_HANDLE = 1
+BRIDGE_GUARD = "xdpfleet_bridge"
+PORT_GUARD = "xdpfleet_port"
+GUARD_TEXT = {
+    BRIDGE_GUARD: "drops every frame the bridge hands up to this host",
+    PORT_GUARD: "drops 01:80:c2:00:00:01-0f, which the bridge hands up to this host instead of forwarding",
+}
 BRIDGE_PREFIX = "xbr"
 VXLAN_PREFIX = "xvx"
 STATE_FILE = "linux_vtep.json"
@@ -112,6 +135,16 @@ def own_device(name: str, kind: str | None) -> int | None:
 # What the host has now
 
 
+@dataclass(frozen=True)
+class Guard:
+    """One of this module's filters (by name) on a device's ingress, where it sits and how it runs."""
+
+    name: str
+    prio: int = GUARD_PRIO
+    handle: int = GUARD_HANDLE
+    direct_action: bool = True
+
+
 @dataclass
 class Link:
     name: str
@@ -125,6 +158,7 @@ class Link:
     mcast_snooping: int | None = None  # bridges
     ageing_time: float | None = None  # bridges: seconds a learned MAC lives
     port_learning: bool | None = None  # bridge ports: learning on the port; None: not a bridge port
+    guards: list[Guard] = field(default_factory=list)  # this module's tc filters on the device's ingress
 
 
 @dataclass(frozen=True)
@@ -204,6 +238,14 @@ def read_host(ipr) -> HostState:
             learning = port.get_attr("IFLA_BRPORT_LEARNING") if port is not None else None
             link.port_learning = None if learning is None else bool(learning)
         links[link.name] = link
+    by_index = {lk.index: lk for lk in links.values()}
+    for index in sorted({q["index"] for q in ipr.get_qdiscs() if q.get_attr("TCA_KIND") == "clsact"} & set(by_index)):
+        for msg in ipr.get_filters(index=index, parent=TC_INGRESS):
+            options = msg.get_attr("TCA_OPTIONS") if msg.get_attr("TCA_KIND") == "bpf" else None
+            name = options.get_attr("TCA_BPF_NAME") if options is not None else None
+            if name in GUARD_TEXT:
+                direct = bool((options.get_attr("TCA_BPF_FLAGS") or 0) & TCA_BPF_FLAG_ACT_DIRECT)
+                by_index[index].guards.append(Guard(name, msg["info"] >> 16, msg["handle"], direct))
     addresses: dict[int, set[str]] = {}
     for msg in ipr.get_addr(family=socket.AF_INET):
         addresses.setdefault(msg["index"], set()).add(msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS"))
@@ -371,23 +413,28 @@ def check(config: vc.VtepConfig, host: HostState, management: dict[str, str] | N
 
 @dataclass
 class Step:
-    vni: int
-    text: str  # what a network engineer reads in `changes`, after "VNI <n>: "
+    vni: int | None
+    text: str  # what a network engineer reads in `changes`, after "VNI <n>: " (or "host: ")
     op: str
     args: dict = field(default_factory=dict)
     before: str | None = None  # the item before the step, for --diff (None: it was not there)
     after: str | None = None  # the item after the step (None: it is gone)
 
     @property
+    def scope(self) -> str:
+        """What the step belongs to: its VNI, or the host (a guard left on a device that is in no VNI)."""
+        return "host" if self.vni is None else f"VNI {self.vni}"
+
+    @property
     def line(self) -> str:
-        return f"VNI {self.vni}: {self.text}"
+        return f"{self.scope}: {self.text}"
 
 
-def _added(vni: int, item: str, op: str, args: dict | None = None, text: str | None = None) -> Step:
+def _added(vni: int | None, item: str, op: str, args: dict | None = None, text: str | None = None) -> Step:
     return Step(vni, text or f"+ {item}", op, args or {}, after=item)
 
 
-def _removed(vni: int, item: str, op: str, args: dict | None = None, note: str = "") -> Step:
+def _removed(vni: int | None, item: str, op: str, args: dict | None = None, note: str = "") -> Step:
     return Step(vni, f"- {item}{note}", op, args or {}, before=item)
 
 
@@ -452,6 +499,7 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
                 adds.append(_changed(d.vni, f"bridge {d.bridge} {attr}", now, new, op, bridge_args))
             if not bridge.up:
                 adds.append(_changed(d.vni, f"bridge {d.bridge}", "down", "up", "up", {"name": d.bridge}))
+        adds += _guard_steps(d.vni, d.bridge, bridge, BRIDGE_GUARD)
         vx_args = {
             "name": d.vxlan,
             "vni": d.vni,
@@ -487,6 +535,7 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
                     adds.append(_changed(d.vni, f"vxlan {d.vxlan} {attr}", now, new, op, vx_args))
                 if not vx.up:
                     adds.append(_changed(d.vni, f"vxlan {d.vxlan}", "down", "up", "up", {"name": d.vxlan}))
+        adds += _guard_steps(d.vni, d.vxlan, None if recreate else vx, PORT_GUARD)
         if vx is None or recreate or vx.master != (bridge.index if bridge else -1):
             adds.append(
                 _added(
@@ -502,6 +551,7 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
         # access ports
         for port in d.access_ports:
             link = host.links[port]
+            adds += _guard_steps(d.vni, port, link, PORT_GUARD)
             if bridge is None or link.master != bridge.index:
                 adds.append(_added(d.vni, f"access port {port}", "enslave", {"port": port, "vni": d.vni}))
                 continue
@@ -576,7 +626,29 @@ def plan(desired: list[DesiredVni], host: HostState) -> list[Step]:
             if kind in devices:
                 name = devices[kind].name
                 removes.append(_removed(vni, f"{kind} {name}", "delete", {"name": name}))
+    # guards on devices that are no longer a bridge or port of this module's (its stale devices go with their guards)
+    guarded = {d.bridge for d in desired} | {d.vxlan for d in desired}
+    guarded |= {port for d in desired for port in d.access_ports}
+    for link in sorted(host.links.values(), key=lambda lk: lk.name):
+        own = own_device(link.name, link.kind)
+        if link.name in guarded or (own is not None and own not in wanted):
+            continue  # guarded above, or deleted together with its guards
+        master = host.by_index(link.master) if link.master else None
+        removes += _guard_steps(own_device(master.name, master.kind) if master else None, link.name, link, None)
     return adds + static_removes + removes
+
+
+def _guard_steps(vni: int | None, name: str, link: Link | None, wanted: str | None) -> list[Step]:
+    """Steps that leave exactly the guard `wanted` (or none) on the ingress of device `name` (`link`: as the host has
+    it, None when this run makes the device): any other filter of this module's there goes first."""
+    steps = []
+    for g in link.guards if link else []:
+        if g != Guard(wanted or ""):
+            steps.append(_removed(vni, f"filter {g.name} on {name}", "guard_del", {"name": name, "guard": g}))
+    if wanted and (link is None or Guard(wanted) not in link.guards):
+        item = f"filter {wanted} on {name} ({GUARD_TEXT[wanted]})"
+        steps.append(_added(vni, item, "guard_set", {"name": name, "guard": wanted}))
+    return steps
 
 
 def _port_learning(vni: int, port: str) -> Step:
@@ -677,8 +749,8 @@ def _vxlan_add(ipr, a: dict) -> None:
         vxlan_learning=1,
         vxlan_ageing=a["ageing"],
         mtu=a["mtu"],
-    )
-    ipr.link("set", index=_index(ipr, a["name"]), state="up")
+    )  # down until it is a port of its bridge, with its guard (enslave brings it up): a vxlan device of its own
+    # would hand every frame it decapsulates up to this host
 
 
 def _vxlan_fdb(ipr, command: str, vxlan: str, mac: str, r: Remote) -> None:
@@ -735,6 +807,65 @@ def _static_del(ipr, a: dict) -> None:
         _vxlan_fdb(ipr, "del", a["vxlan"], a["mac"], r)
 
 
+# BPF instructions for the guards (struct bpf_insn opcodes).
+BPF_PROG_TYPE_SCHED_CLS = 3
+BPF_MOV64_REG = 0xBF  # BPF_ALU64 | BPF_MOV | BPF_X
+BPF_LD_ABS_W = 0x20  # BPF_LD | BPF_ABS | BPF_W: r0 = the 4 bytes at the offset, network order
+BPF_LD_ABS_H = 0x28  # ... BPF_H: 2 bytes
+BPF_JNE_IMM = 0x55  # BPF_JMP | BPF_JNE | BPF_K
+BPF_JEQ_IMM = 0x15
+BPF_JGT_IMM = 0x25
+TC_ACT_UNSPEC, TC_ACT_SHOT = -1, 2
+
+
+def guard_program(guard: str) -> bytes:
+    """The guard's instructions. The bridge's drops everything; a port's drops frames to 01:80:c2:00:00:01-0f and
+    leaves the rest to the device's other filters and the bridge (00, the bridge group address, is forwarded with STP
+    off, as on the module's bridges, and so reaches the host only through the bridge device). At tc ingress the frame
+    starts at its Ethernet header."""
+    if guard == BRIDGE_GUARD:
+        return bpf_insn(BPF_MOV64_IMM, dst=0, imm=TC_ACT_SHOT) + bpf_insn(BPF_EXIT)
+    return b"".join(
+        [
+            bpf_insn(BPF_MOV64_REG, dst=6, src=1),  # LD_ABS reads the packet of the context in r6
+            bpf_insn(BPF_LD_ABS_W, imm=0),
+            bpf_insn(BPF_JNE_IMM, dst=0, off=5, imm=0x0180C200),
+            bpf_insn(BPF_LD_ABS_H, imm=4),
+            bpf_insn(BPF_JEQ_IMM, dst=0, off=3, imm=0),
+            bpf_insn(BPF_JGT_IMM, dst=0, off=2, imm=0x0F),
+            bpf_insn(BPF_MOV64_IMM, dst=0, imm=TC_ACT_SHOT),
+            bpf_insn(BPF_EXIT),
+            bpf_insn(BPF_MOV64_IMM, dst=0, imm=TC_ACT_UNSPEC),
+            bpf_insn(BPF_EXIT),
+        ]
+    )
+
+
+def _guard_set(ipr, name: str, guard: str) -> None:
+    """The guard first on the device's ingress (clsact made when missing); the filter keeps the program loaded."""
+    index = _index(ipr, name)
+    try:
+        ipr.tc("add", "clsact", index)
+    except NetlinkError as exc:
+        if _netlink_code(exc) != errno.EEXIST:
+            raise
+    fd = libbpf.prog_load(BPF_PROG_TYPE_SCHED_CLS, guard_program(guard), guard)
+    try:
+        ipr.tc(
+            "add-filter",
+            "bpf",
+            index,
+            GUARD_HANDLE,
+            parent=TC_INGRESS,
+            prio=GUARD_PRIO,
+            fd=fd,
+            name=guard,
+            direct_action=True,
+        )
+    finally:
+        os.close(fd)
+
+
 def _run_step(ipr, step: Step) -> None:
     a = step.args
     if step.op == "bridge_add":
@@ -778,6 +909,11 @@ def _run_step(ipr, step: Step) -> None:
         _static_set(ipr, a)
     elif step.op == "static_del":
         _static_del(ipr, a)
+    elif step.op == "guard_set":
+        _guard_set(ipr, a["name"], a["guard"])
+    elif step.op == "guard_del":
+        g = a["guard"]
+        ipr.tc("del-filter", "bpf", _index(ipr, a["name"]), g.handle, parent=TC_INGRESS, prio=g.prio)
     elif step.op == "delete":
         found = ipr.link_lookup(ifname=a["name"])
         if found:
@@ -876,8 +1012,8 @@ def changes(steps: list[Step]) -> Changes:
     for s in steps:
         out.add(
             s.line,
-            before=None if s.before is None else f"VNI {s.vni}: {s.before}",
-            after=None if s.after is None else f"VNI {s.vni}: {s.after}",
+            before=None if s.before is None else f"{s.scope}: {s.before}",
+            after=None if s.after is None else f"{s.scope}: {s.after}",
         )
     return out
 
