@@ -1,6 +1,7 @@
 """xdpfleet.fabric.linux_vtep on the real kernel: the Linux bridge + vxlan VTEP between two hosts in namespaces.
 
-Topology (everything named xg*, nothing in the root namespace):
+Topology (the namespaces named <lab prefix>g-*, so that two runs side by side do not meet; nothing in the root
+namespace):
 
     xg-e1 --xgeth0/xgacc100-- xg-h1 ==xgup0 (veth, MTU 1600, 198.51.100.240/29)== xg-h2 --xgacc100/xgeth0-- xg-e2
 
@@ -21,12 +22,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 from l2lib import BROADCAST, Port, build_frame, bum_probe, mac, new_marker, probe, send
+from conftest import LAB_PREFIX
 from lablib import printed_diff
 
 ANSIBLE = str(Path(sys.executable).parent / "ansible")
 CALLBACK_DIR = REPO / "tests" / "callback_plugins"
 
-H1, H2, E1, E2 = "xg-h1", "xg-h2", "xg-e1", "xg-e2"
+H1, H2, E1, E2 = (f"{LAB_PREFIX}g-{name}" for name in ("h1", "h2", "e1", "e2"))
 NAMESPACES = (H1, H2, E1, E2)
 UNDERLAY = {H1: "198.51.100.241", H2: "198.51.100.242"}  # 198.51.100.240/29 on xgup0
 NO_VTEP = "198.51.100.243"  # in the underlay subnet, nobody there: a peer that only exists as an FDB entry
