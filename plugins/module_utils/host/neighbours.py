@@ -78,8 +78,12 @@ def current(ipr: IPRoute, address: str) -> NextHop:
 def confirm(ipr: IPRoute, hop: NextHop) -> None:
     """Ask the kernel to resolve the next hop, or to confirm an entry it has not confirmed lately, as if the host sent
     it a packet (NTF_USE): the kernel's own neighbour state machine then probes it (ARP) and replaces the MAC when
-    the next hop answers from another one. Sends nothing to the remote VTEP itself."""
-    ipr.neigh("replace", dst=hop.address, ifindex=hop.ifindex, flags=NTF_USE, state=0)
+    the next hop answers from another one. Sends nothing to the remote VTEP itself. Raises NeighbourError (the
+    interface went away meanwhile)."""
+    try:
+        ipr.neigh("replace", dst=hop.address, ifindex=hop.ifindex, flags=NTF_USE, state=0)
+    except Exception as exc:  # pyroute2's NetlinkError, with the kernel's errno
+        raise NeighbourError(f"asking the kernel to confirm next hop {hop.address}: {exc}", transient=True) from None
 
 
 def resolve(address: str, ifindex: int, timeout: float) -> str:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import socket
 from dataclasses import dataclass
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
@@ -135,15 +134,18 @@ def _inspect(maps: dict[str, libbpf.Map], names: dict[int, str], confirm: bool) 
                 hop.problem = str(exc)
                 continue
             if kernel.ifindex != ifindex:
-                leaves = socket.if_indextoname(kernel.ifindex) if kernel.ifindex else "nowhere"
+                leaves = names.get(kernel.ifindex, f"ifindex {kernel.ifindex}") if kernel.ifindex else "nowhere"
                 hop.problem = f"the host's route to {hop.remote} leaves through {leaves}, not {hop.port}"
                 continue
             hop.next_hop, hop.next_hop_mac = kernel.address, kernel.mac
             if kernel.mac is None:
                 hop.problem = f"next hop {kernel.address} has no usable neighbour entry (it does not answer ARP)"
             if confirm and (ifindex, kernel.address) not in confirmed:
-                neighbours.confirm(ipr, kernel)
                 confirmed.add((ifindex, kernel.address))
+                try:
+                    neighbours.confirm(ipr, kernel)
+                except neighbours.NeighbourError as exc:
+                    hop.problem = hop.problem or str(exc)
     return [(hop, raw) for hop, raw, _ifindex in found]
 
 
