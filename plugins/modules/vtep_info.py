@@ -21,7 +21,11 @@ description:
     plane and not shown."
   - Each map's layout is checked against the pinned map's BTF first. A VTEP deployed by another version of the
     collection is refused, never misread.
-  - Read-only. It never changes the host.
+  - With O(next_hops), also each peer's next hop. This is the MAC the data plane sends the peer's tunnel copies to,
+    against the MAC the host's neighbour table has for the next hop of its route to the peer. A next hop that now
+    answers from another MAC (C(stale)) black-holes the overlay towards that peer. The vtep role's health check
+    fails on it. The xdp_host role's C(xdpfleet-next-hops.service) follows such a change on its own.
+  - Read-only. It never changes the host, and it sends nothing.
 extends_documentation_fragment:
   - xdpfleet.fabric.read_only
 author:
@@ -37,6 +41,11 @@ options:
     description: bpffs directory under which each instance pins its links and maps, in a directory of its name.
     type: path
     default: /sys/fs/bpf/xdpfleet
+  next_hops:
+    description:
+      - Also return RV(next_hops), read from the host's routes and neighbour table (needs pyroute2 on the host).
+    type: bool
+    default: false
 seealso:
   - module: xdpfleet.fabric.vtep
 """
@@ -84,6 +93,18 @@ ansible_facts:
             "02:00:00:00:64:05": {type: learned, port: trunk0, vid: 10, age: 12}
             "02:00:00:00:64:07": {type: learned, port: uplink0, remote: 198.51.100.130, age: 0}
       ports: {uplink0: {rx_packets: 0, rx_bytes: 0, tx_packets: 20, tx_bytes: 2960, drops: {vid_mismatch: 2}}}
+next_hops:
+  description:
+    - With O(next_hops), one entry per peer of each VNI. C(mac) is the MAC its copies are sent to. C(next_hop) and
+      C(next_hop_mac) are the host's next hop towards it and that next hop's MAC in the neighbour table (null when
+      the table has no usable entry). C(stale) is true when the two MACs differ. C(problem) says why the next hop
+      is not known (no route, a route through another port, no neighbour entry).
+  returned: when O(next_hops) is true and the VTEP is present
+  type: list
+  elements: dict
+  sample:
+    - {vni: 100, remote: 198.51.100.102, port: ul-a, mac: "02:00:00:00:61:01", next_hop: 198.51.100.97,
+       next_hop_mac: "02:00:00:00:61:01", stale: false}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -92,6 +113,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import next_hops as nh
 
 
 def main() -> None:
@@ -99,6 +121,7 @@ def main() -> None:
         argument_spec={
             "name": {"type": "str", "default": "vtep"},
             "pin_root": {"type": "path", "default": xp.PIN_ROOT},
+            "next_hops": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -109,11 +132,19 @@ def main() -> None:
         counters = vd.read_counters(paths)
     except (vd.VtepError, libbpf.LibbpfError) as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(
-        changed=False,
-        present=counters is not None,
-        ansible_facts={"xdpfleet_vtep": counters or {"vnis": {}, "ports": {}}},
-    )
+    result = {"changed": False, "present": counters is not None}
+    if module.params["next_hops"] and counters is not None:
+        port_names = {port.ifindex: name for name, port in vd.host_ports().items()}
+        maps: dict = {}
+        try:
+            maps = nh.open_maps(paths) or {}
+            result["next_hops"] = [hop.report() for hop in nh.check(maps, port_names)]
+        except nh.NextHopError as exc:
+            module.fail_json(msg=str(exc))
+        finally:
+            for m in maps.values():
+                m.close()
+    module.exit_json(**result, ansible_facts={"xdpfleet_vtep": counters or {"vnis": {}, "ports": {}}})
 
 
 if __name__ == "__main__":

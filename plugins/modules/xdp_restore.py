@@ -41,6 +41,16 @@ options:
     description: Seconds to wait for a VTEP peer's next hop to answer ARP.
     type: float
     default: 3.0
+  retry_seconds:
+    description:
+      - Try an instance again when it failed for a reason that can pass (an interface, a route or a next hop's ARP
+        answer that is not there yet), with backoff (after 1 s, then twice as long each time, at most 30 s apart),
+        for up to this many seconds after every instance was tried once. Other failures are reported at once.
+      - The boot-time restore that the xdpfleet.fabric.xdp_host role installs retries the same way, for
+        C(xdp_host_restore_retry_seconds).
+      - Check mode never retries.
+    type: float
+    default: 0
 attributes:
   check_mode:
     support: full
@@ -87,6 +97,7 @@ def main() -> None:
         argument_spec={
             "names": {"type": "list", "elements": "str"},
             "neighbour_timeout": {"type": "float", "default": vd.NEIGHBOUR_TIMEOUT},
+            "retry_seconds": {"type": "float", "default": 0},
             **xp.HOST_PATHS_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
@@ -95,6 +106,8 @@ def main() -> None:
     bad = [name for name in p["names"] or [] if not name or "/" in name or name.startswith(".")]
     if bad:
         module.fail_json(msg=f"names: {bad} are not instance names (no '/', not starting with '.')")
+    if p["retry_seconds"] < 0:
+        module.fail_json(msg=f"retry_seconds: {p['retry_seconds']:g} is not 0 or more seconds")
     host = hr.HostPaths(p["state_dir"], p["pin_root"], p["cache_dir"])
     try:
         results = hr.restore(
@@ -103,6 +116,7 @@ def main() -> None:
             build_dir=module.tmpdir if module.check_mode else None,
             neighbour_timeout=p["neighbour_timeout"],
             names=p["names"],
+            retry_seconds=p["retry_seconds"],
         )
     except hr.RestoreError as exc:
         module.fail_json(msg=str(exc))

@@ -1,6 +1,7 @@
 """The rolling VTEP rollout of playbooks/vtep.yml on the test lab: batches with a canary, a health check after each
 batch (roles/vtep/tasks/health.yml, probes declared in inventories/lab/host_vars), check mode with --diff, and a
-broken host that stops the rollout while the batches already done keep forwarding.
+broken host that stops the rollout while the batches already done keep forwarding, and probes derived from the peers
+when none are given, which stop the rollout at a host whose peer has a wrong next-hop MAC.
 
 With the canary and vtep_serial=2 the lab's five VTEPs (inventory order a, b, c, d, l) go in three batches:
 [a], [b, c], [d, l].
@@ -28,6 +29,7 @@ CONFIGURE = {
     "linux": "xdpfleet.fabric.vtep : Configure the Linux kernel VTEP",
 }
 HEALTH = "xdpfleet.fabric.vtep : Require every probe answered and the counters grown"
+WRONG_MAC = "02:00:00:00:de:ad"
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +125,28 @@ def test_a_broken_host_stops_the_rollout_and_a_fixed_one_converges(rollout_lab):
     assert ping(lab, "alocal", "198.51.100.161") == 0  # a100, through a's XDP VTEP
     assert ping(lab, "c100", "198.51.100.161") == 0  # b's batch mate ran the same tasks, unharmed
     assert ping(lab, "b100", "198.51.100.161") == 0  # b's refused document changed nothing: its VTEP still works
+
+    # Without vtep_health_probes the check derives them from the peers (roles/vtep/tasks/health.yml): b passes
+    # them; c, whose peer b has a wrong next-hop MAC, fails them, and the rollout stops before d.
+    def derived_probes(host_vars):
+        host_vars["vtep_health_probes"] = []
+
+    def derived_probes_and_a_wrong_mac(host_vars):
+        derived_probes(host_vars)
+        host_vars["vtep_config"]["vnis"][0]["peers"][1]["mac"] = WRONG_MAC  # VNI 100's peer b (198.51.100.98)
+
+    with host_vars_changed(lab, "b", derived_probes), host_vars_changed(lab, "c", derived_probes_and_a_wrong_mac):
+        wrong = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "b:c:d", "vtep_serial": 1})
+    assert wrong.rc != 0 and wrong.stats["c"]["failed"] == 1, wrong
+    assert "d" not in wrong.stats, "the rollout stopped at c"
+    assert wrong.result(task=HEALTH, host="b")["msg"].startswith("VTEP b healthy: 4 derived probe(s)"), wrong
+    unhealthy = wrong.result(task=HEALTH, host="c")["msg"]
+    assert unhealthy.startswith("VTEP c is not healthy:"), unhealthy
+    assert (
+        f"probe c -> peer 198.51.100.98 (VNI 100 via ul-a): tunnel_peers sends to {WRONG_MAC}, "
+        "but next hop 198.51.100.101 is at "
+    ) in unhealthy, unhealthy
+    assert "VNI 200" not in unhealthy, "only the peer given the wrong MAC"
 
     fixed = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT)
     assert fixed.rc == 0 and fixed.failed() == 0, fixed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import dataclass
 
 from ansible.module_utils.basic import missing_required_lib
 
@@ -16,11 +17,29 @@ try:
 except ImportError:  # resolve() reports it; only hosts that resolve next hops need pyroute2
     HAS_PYROUTE2 = False
 
-USABLE_STATES = 0x02 | 0x04 | 0x08 | 0x10 | 0x80  # REACHABLE, STALE, DELAY, PROBE, PERMANENT
+NUD_REACHABLE = 0x02
+NUD_PERMANENT = 0x80
+USABLE_STATES = NUD_REACHABLE | 0x04 | 0x08 | 0x10 | NUD_PERMANENT  # REACHABLE, STALE, DELAY, PROBE, PERMANENT
+NTF_USE = 0x01  # RTM_NEWNEIGH flag: treat the entry as used (the kernel resolves or re-confirms it), change nothing
 
 
 class NeighbourError(RuntimeError):
-    pass
+    """No next-hop MAC. transient: the underlay may still come up (no route yet, a route through another port while
+    routing converges, no ARP answer yet), as opposed to a host that cannot resolve at all (no pyroute2)."""
+
+    def __init__(self, msg: str, transient: bool = False):
+        super().__init__(msg)
+        self.transient = transient
+
+
+@dataclass(frozen=True)
+class NextHop:
+    """Where the host's route to an address goes, and what its neighbour table holds for that next hop now."""
+
+    ifindex: int  # the route's output interface (0: none)
+    address: str  # the next hop: the route's gateway, or the address itself on a link
+    mac: str | None  # the neighbour entry's MAC when its state is usable (USABLE_STATES)
+    state: int  # the neighbour entry's NUD state (0: no entry)
 
 
 def _attr(msg, name):
@@ -32,16 +51,39 @@ def next_hop(ipr: IPRoute, address: str) -> tuple[int, str]:
     try:
         route = ipr.route("get", dst=address)[0]
     except Exception as exc:  # pyroute2 raises NetlinkError with the kernel's errno
-        raise NeighbourError(f"no route to {address}: {exc}") from None
+        raise NeighbourError(f"no route to {address}: {exc}", transient=True) from None
     return _attr(route, "RTA_OIF"), _attr(route, "RTA_GATEWAY") or address
 
 
-def _lookup(ipr: IPRoute, ifindex: int, address: str) -> str | None:
+def _entry(ipr: IPRoute, ifindex: int, address: str) -> tuple[str | None, int]:
     for neigh in ipr.get_neighbours(ifindex=ifindex, dst=address):
         mac = _attr(neigh, "NDA_LLADDR")
-        if mac and neigh["state"] & USABLE_STATES:
-            return mac
-    return None
+        if mac:
+            return (mac if neigh["state"] & USABLE_STATES else None), neigh["state"]
+    return None, 0
+
+
+def _lookup(ipr: IPRoute, ifindex: int, address: str) -> str | None:
+    return _entry(ipr, ifindex, address)[0]
+
+
+def current(ipr: IPRoute, address: str) -> NextHop:
+    """The next hop towards `address` as the kernel knows it now (nothing is sent). Raises NeighbourError (no
+    route)."""
+    oif, hop = next_hop(ipr, address)
+    mac, state = _entry(ipr, oif, hop)
+    return NextHop(oif, hop, mac, state)
+
+
+def confirm(ipr: IPRoute, hop: NextHop) -> None:
+    """Ask the kernel to resolve the next hop, or to confirm an entry it has not confirmed lately, as if the host sent
+    it a packet (NTF_USE): the kernel's own neighbour state machine then probes it (ARP) and replaces the MAC when
+    the next hop answers from another one. Sends nothing to the remote VTEP itself. Raises NeighbourError (the
+    interface went away meanwhile)."""
+    try:
+        ipr.neigh("replace", dst=hop.address, ifindex=hop.ifindex, flags=NTF_USE, state=0)
+    except Exception as exc:  # pyroute2's NetlinkError, with the kernel's errno
+        raise NeighbourError(f"asking the kernel to confirm next hop {hop.address}: {exc}", transient=True) from None
 
 
 def resolve(address: str, ifindex: int, timeout: float) -> str:
@@ -53,7 +95,9 @@ def resolve(address: str, ifindex: int, timeout: float) -> str:
         oif, hop = next_hop(ipr, address)
         if oif != ifindex:
             name = socket.if_indextoname(oif) if oif else "nowhere"
-            raise NeighbourError(f"the route to {address} leaves through {name}, not through this tunnel port")
+            raise NeighbourError(
+                f"the route to {address} leaves through {name}, not through this tunnel port", transient=True
+            )
         mac = _lookup(ipr, oif, hop)
         if mac:
             return mac
@@ -65,4 +109,4 @@ def resolve(address: str, ifindex: int, timeout: float) -> str:
             if mac:
                 return mac
             time.sleep(0.05)
-    raise NeighbourError(f"next hop {hop} did not answer ARP within {timeout:g} s")
+    raise NeighbourError(f"next hop {hop} did not answer ARP within {timeout:g} s", transient=True)

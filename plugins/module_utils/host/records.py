@@ -19,13 +19,16 @@ restore also by the host-side boot entry point the xdp_host role installs (roles
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes, merged
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
@@ -33,6 +36,10 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy
 RUN_DIR = "/run/xdpfleet"
 OTHER_RECORDS = ("linux_vtep.json", "nic_tuning.json", "kernel_cmdline.json")
 SENDER_STOP_SECONDS = sender.STOP_SECONDS
+# Retries of a restore that failed for a reason that can pass: the first after this many seconds, each next one
+# after twice as long, at most RETRY_MAX_DELAY apart.
+RETRY_FIRST_DELAY = 1.0
+RETRY_MAX_DELAY = 30.0
 
 
 @dataclass(frozen=True)
@@ -126,7 +133,12 @@ def teardown(host: HostPaths, check_mode: bool, stop_timeout: float = SENDER_STO
 
 
 class RestoreError(RuntimeError):
-    """One instance could not be restored; the message names what is missing."""
+    """One instance could not be restored; the message names what is missing. transient: what is missing can still
+    come (an interface, a route or a next hop's answer that a slow underlay has not brought yet)."""
+
+    def __init__(self, msg: str, transient: bool = False):
+        super().__init__(msg)
+        self.transient = transient
 
 
 @dataclass
@@ -136,6 +148,8 @@ class Restored:
     changes: list[str] = field(default_factory=list)  # the steps taken
     diff: dict | None = None  # the instance's state before and after
     error: str = ""
+    transient: bool = False  # the error can pass (RestoreError.transient): restore() tries again
+    attempts: int = 0
 
     @property
     def changed(self) -> bool:
@@ -164,7 +178,7 @@ def _restore_program(
     interfaces = sorted(record["interfaces"])
     missing = [ifname for ifname in interfaces if not xp.ifindex_of(ifname)]
     if missing:
-        raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host")
+        raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host", transient=True)
     object_path = record.get("object")
     build = record.get("build") or {}
     if not (object_path and os.path.isfile(object_path)):
@@ -203,6 +217,9 @@ def _restore_vtep(
     build_dir: str | None,
     neighbour_timeout: float,
 ) -> tuple[list[str], dict | None]:
+    missing = [ifname for ifname in sorted(record["interfaces"]) if not xp.ifindex_of(ifname)]
+    if missing:
+        raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host", transient=True)
     try:
         result = vd.deploy(
             paths,
@@ -216,11 +233,34 @@ def _restore_vtep(
             build_dir=build_dir,
         )
     except vd.VtepError as exc:
-        raise RestoreError(str(exc)) from exc
+        unresolved = exc.__cause__ if isinstance(exc.__cause__, NeighbourError) else None
+        raise RestoreError(str(exc), transient=bool(unresolved and unresolved.transient)) from exc
     if not result["changed"]:
         return [], None
     steps = [f"{ifname}: {action}" for ifname, action in result["program"].items() if action != "unchanged"]
     return result["changes"] + steps, result.get("diff")
+
+
+def _restore_one(
+    outcome: Restored, host: HostPaths, check_mode: bool, build_dir: str | None, neighbour_timeout: float
+) -> None:
+    paths = host.instance(outcome.name)
+    outcome.attempts += 1
+    outcome.error, outcome.transient = "", False
+    try:
+        if not os.path.isfile(paths.state_file):
+            raise RestoreError(f"no record {paths.state_file}")
+        if (untrusted := files.path_problem(paths.state_file)):
+            raise RestoreError(f"record {paths.state_file} is refused: {untrusted}")
+        record = _load_record(paths)
+        if "vtep" in record:
+            outcome.kind = "vtep"
+            done = _restore_vtep(paths, record, host, check_mode, build_dir, neighbour_timeout)
+        else:
+            done = _restore_program(paths, record, host, check_mode, build_dir)
+        outcome.changes, outcome.diff = done
+    except RestoreError as exc:
+        outcome.error, outcome.transient = str(exc), exc.transient
 
 
 def restore(
@@ -229,34 +269,36 @@ def restore(
     build_dir: str | None = None,
     neighbour_timeout: float = vd.NEIGHBOUR_TIMEOUT,
     names: list[str] | None = None,
+    retry_seconds: float = 0.0,
+    first_pass_done: Callable[[list[Restored]], None] | None = None,
 ) -> list[Restored]:
     """Re-apply every recorded instance (or those named). Each instance is restored or reported on its own, so one
-    that cannot come back (its interface is gone) does not keep the others down."""
+    that cannot come back (its interface is gone) does not keep the others down.
+
+    Everything is tried once first (then first_pass_done is called with the results). An instance that failed for
+    a reason that can pass (RestoreError.transient: an interface, a route or a next hop's ARP answer that is not
+    there yet, as at boot on a slow underlay) is tried again, with backoff, until it comes back or retry_seconds
+    after the first pass have gone; its error then stays in the result. Other failures are reported at once. Check
+    mode never retries."""
     if (no_bpffs := xp.bpffs_problem()):
         raise RestoreError(no_bpffs)
     try:
         check_trusted(host)
     except files.UntrustedPath as exc:
         raise RestoreError(str(exc)) from None
-    results = []
-    for name in names if names is not None else recorded_instances(host):
-        paths = host.instance(name)
-        outcome = Restored(name, "program")
-        results.append(outcome)
-        try:
-            if not os.path.isfile(paths.state_file):
-                raise RestoreError(f"no record {paths.state_file}")
-            if (untrusted := files.path_problem(paths.state_file)):
-                raise RestoreError(f"record {paths.state_file} is refused: {untrusted}")
-            record = _load_record(paths)
-            if "vtep" in record:
-                outcome.kind = "vtep"
-                done = _restore_vtep(paths, record, host, check_mode, build_dir, neighbour_timeout)
-            else:
-                done = _restore_program(paths, record, host, check_mode, build_dir)
-            outcome.changes, outcome.diff = done
-        except RestoreError as exc:
-            outcome.error = str(exc)
+    results = [Restored(name, "program") for name in (names if names is not None else recorded_instances(host))]
+    for outcome in results:
+        _restore_one(outcome, host, check_mode, build_dir, neighbour_timeout)
+    if first_pass_done is not None:
+        first_pass_done(results)
+    deadline = time.monotonic() + retry_seconds
+    delay = RETRY_FIRST_DELAY
+    while not check_mode and any(r.transient for r in results) and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, RETRY_MAX_DELAY)
+        for outcome in results:
+            if outcome.transient:
+                _restore_one(outcome, host, check_mode, build_dir, neighbour_timeout)
     return results
 
 
