@@ -34,6 +34,11 @@
 #define ETH_P_8021AD 0x88A8
 #endif
 
+/* IPv4 frag_off (host order): more fragments follow; the fragment's offset. Any of the two: a fragment. */
+#define XF_IP_MF 0x2000
+#define XF_IP_OFFSET 0x1fff
+#define XF_IP_FRAGMENT (XF_IP_MF | XF_IP_OFFSET)
+
 /* At most this many stacked VLAN tags are parsed (802.1ad outer + 802.1Q inner). */
 #define XF_VLAN_MAX_DEPTH 2
 #define XF_VLAN_VID_MASK 0x0fff

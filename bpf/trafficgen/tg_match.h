@@ -29,7 +29,7 @@ static __always_inline int tg_parse(struct xdp_md *ctx, struct tg_frame *f)
 		struct iphdr *ip4;
 
 		if (xf_parse_iphdr(&cur, data_end, &ip4) != IPPROTO_UDP || ip4->ihl != 5 ||
-		    ip4->frag_off & bpf_htons(0x3fff))
+		    ip4->frag_off & bpf_htons(XF_IP_FRAGMENT))
 			return -1;
 		f->l3 = ip4;
 		f->ipv6 = 0;

@@ -862,10 +862,15 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 		return XDP_PASS;
 	if (xf_parse_iphdr(&c, data_end, &ip) != IPPROTO_UDP || ip->daddr != port->local_ip)
 		return XDP_PASS;
-	if (ip->frag_off & bpf_htons(0x3fff)) /* fragments are reassembled by the host, not here */
+	/* A later fragment has no UDP header to look at; the host cannot reassemble it without the first. */
+	if (ip->frag_off & bpf_htons(XF_IP_OFFSET))
 		return XDP_PASS;
 	if (xf_parse_udphdr(&c, data_end, &udp) < 0 || udp->dest != bpf_htons(VXLAN_PORT))
 		return XDP_PASS;
+	/* The first fragment of a VXLAN datagram: its tunnel frame cannot be admitted here, and reassembled by the
+	 * host, a VXLAN socket of the kernel on this host would decapsulate it without admission. */
+	if (ip->frag_off & bpf_htons(XF_IP_MF))
+		return drop(f->in_slot, NULL, DROP_FRAGMENT);
 	vxh = c.pos;
 	if ((void *)(vxh + 1) > data_end || !(vxh->flags & VXLAN_FLAG_VNI))
 		return drop(f->in_slot, NULL, DROP_MALFORMED);
@@ -1018,16 +1023,25 @@ static __always_inline int local_copy(struct xdp_md *ctx, struct port_config *po
 	if (port->kind == PORT_ACCESS) {
 		if (port->vni != vni)
 			return DROP_NOT_MEMBER;
-		return bpf_xdp_adjust_head(ctx, skip) ? DROP_MALFORMED : -1;
+		if (bpf_xdp_adjust_head(ctx, skip))
+			return DROP_MALFORMED;
+	} else {
+		member = bpf_map_lookup_elem(&port_vnis, &key);
+		if (!member)
+			return DROP_NOT_MEMBER;
+		if (!(member->flags & VNI_PRESERVE_VLAN)) {
+			if (push_tag(ctx, skip, member->vid))
+				return DROP_MALFORMED;
+		} else if (!has_vid((void *)(long)ctx->data, (void *)(long)ctx->data_end, skip, member->vid)) {
+			return DROP_VID_MISMATCH;
+		} else if (bpf_xdp_adjust_head(ctx, skip)) {
+			return DROP_MALFORMED;
+		}
 	}
-	member = bpf_map_lookup_elem(&port_vnis, &key);
-	if (!member)
-		return DROP_NOT_MEMBER;
-	if (!(member->flags & VNI_PRESERVE_VLAN))
-		return push_tag(ctx, skip, member->vid) ? DROP_MALFORMED : -1;
-	if (!has_vid((void *)(long)ctx->data, (void *)(long)ctx->data_end, skip, member->vid))
-		return DROP_VID_MISMATCH;
-	return bpf_xdp_adjust_head(ctx, skip) ? DROP_MALFORMED : -1;
+	/* The device drops a longer copy, uncounted (a full-size frame that got a trunk's tag here) */
+	if ((long)ctx->data_end - (long)ctx->data > port->mtu + DEVICE_FRAME_ALLOWANCE)
+		return DROP_MTU;
+	return -1;
 }
 
 /* A copy of a frame with the short stamp `word`, read from its first `skip` bytes (or its metadata: skip 0): tunnel

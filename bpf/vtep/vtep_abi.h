@@ -66,7 +66,8 @@ enum drop_reason {
 	DROP_NO_OUTER = 12, /* egress: a copy without the Outer that ingress puts on every flooded frame */
 	DROP_SPLIT_HORIZON = 13, /* a decapsulated frame towards a tunnel */
 	DROP_HAIRPIN = 14, /* known unicast: the destination is behind the port the frame came from */
-	DROP_REASONS = 15,
+	DROP_FRAGMENT = 15, /* tunnel: the first fragment of VXLAN to the tunnel address (never admitted) */
+	DROP_REASONS = 16,
 };
 
 /* Forwarding events, counted per VNI: traffic_stats.fdb[event]. */

@@ -21,6 +21,7 @@ Invariants, on every frame:
 
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import
     Vni,
     VtepConfig,
 )
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import TrafficStats
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and XDP need root")
 
@@ -134,13 +136,16 @@ def expect_tunnel(port: str, frame: bytes) -> Expect:
         return HOST("no IPv4 header")
     if frame[ip + 9] != fz.PROTO_UDP or frame[ip + 16 : ip + 20] != fz.ip4(LOCAL_IPS[port]):
         return HOST("not UDP to the tunnel address")
-    if int.from_bytes(frame[ip + 6 : ip + 8], "big") & 0x3FFF:
-        return HOST("a fragment")
+    fragment = int.from_bytes(frame[ip + 6 : ip + 8], "big")
+    if fragment & 0x1FFF:
+        return HOST("a later fragment")
     udp = ip + 4 * (frame[ip] & 15)
     if len(frame) < udp + 8 or int.from_bytes(frame[udp + 4 : udp + 6], "big") < 8:
         return HOST("no UDP header")
     if int.from_bytes(frame[udp + 2 : udp + 4], "big") != 4789:
         return HOST("not the VXLAN port")
+    if fragment & 0x2000:
+        return DROP("the first fragment of VXLAN")
     vx = udp + 8
     if len(frame) < vx + 8 or not frame[vx] & 0x08:
         return DROP("no VXLAN header, or no I flag")
@@ -232,6 +237,9 @@ def truncation_frames(seed: int, ports):
 # --- the data plane -------------------------------------------------------------------------------------------
 
 
+STATS_SIZE = ctypes.sizeof(TrafficStats)
+
+
 class Counters:
     """The ports' counters, summed over CPUs and ports: (drops, tx packets), and rx per port slot."""
 
@@ -248,10 +256,10 @@ class Counters:
             raw = memoryview(self.map.lookup(key))
             rx_slot = 0
             for cpu in range(len(raw) // self.stride):
-                words = raw[cpu * self.stride : cpu * self.stride + 200].cast("Q")
-                rx_slot += words[0]
-                tx += words[2]
-                drops += sum(words[4:19])
+                stats = TrafficStats.from_buffer_copy(raw[cpu * self.stride : cpu * self.stride + STATS_SIZE])
+                rx_slot += stats.rx_packets
+                tx += stats.tx_packets
+                drops += sum(stats.drops)
             rx[slot] = rx_slot
         return drops, tx, rx
 
@@ -502,3 +510,33 @@ def test_a_full_size_frame_flooded_reaches_a_member_of_the_same_mtu(vtep):
         run_frame(vtep, vtep.obj.program("vtep_ingress").fd, "a1", 0, frame, live=True)
     copies = collect(vtep)
     assert ("a2", frame) in copies, [(port, len(copy)) for port, copy in copies]
+
+
+def test_the_first_fragment_of_vxlan_is_dropped_and_a_later_one_left_to_the_host(vtep):
+    """Fragments went to the host's stack, where a kernel VXLAN socket on the same host would reassemble and
+    decapsulate them without admission (VNI 100 from its peer 198.51.100.10, here cut in two)."""
+    inner = fz.ethernet(fz.BROADCAST, fz.mac("02:00:00:00:5b:04"), 0x0800) + bytes(46)
+    frame = bytearray(vxlan_frame("198.51.100.10", LOCAL_IPS["ul"], 100, inner, vtep.ports["ul"].mac))
+    first, later = bytearray(frame), bytearray(frame)
+    first[20:22] = (0x2000).to_bytes(2, "big")  # more fragments, offset 0
+    later[20:22] = (0x0008).to_bytes(2, "big")  # the last fragment, at byte 64
+    before = drop_counts(vtep, "ul").get("fragment", 0)
+    with netns(vtep.name):
+        prog_fd = vtep.obj.program("vtep_ingress").fd
+        assert run_frame(vtep, prog_fd, "ul", 0, bytes(first), False).retval == fz.XDP_DROP
+        assert run_frame(vtep, prog_fd, "ul", 0, bytes(later), False).retval == fz.XDP_PASS
+    assert drop_counts(vtep, "ul")["fragment"] == before + 1
+
+
+def test_a_flooded_copy_too_long_for_its_trunk_once_tagged_is_dropped_and_counted(vtep):
+    """A tagged 1518-byte frame from a4 (VNI 120, MTU 1500), flooded: the copy to tr gets tr's VID 30 and is then 4
+    bytes over tr's MTU + 18. The device dropped it, uncounted, while the VTEP counted it as sent (fuzz seed 7,
+    frame 33096); the tunnel copy still leaves."""
+    frame = fz.ethernet(fz.BROADCAST, fz.mac("02:00:00:00:5b:05"), 0x0800, tags=((0x8100, 4095),))
+    frame += bytes(1518 - len(frame))
+    before = drop_counts(vtep, "tr").get("mtu", 0)
+    vtep.drain_all()
+    with netns(vtep.name):
+        run_frame(vtep, vtep.obj.program("vtep_ingress").fd, "a4", 0, frame, live=True)
+    assert [port for port, _ in collect(vtep)] == ["ul2"]
+    assert drop_counts(vtep, "tr")["mtu"] == before + 1

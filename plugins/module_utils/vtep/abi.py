@@ -104,6 +104,7 @@ DROP_REASON = abi.Enum(
         ("DROP_NO_OUTER", 12, "egress: a copy without the Outer that ingress puts on every flooded frame"),
         ("DROP_SPLIT_HORIZON", 13, "a decapsulated frame towards a tunnel"),
         ("DROP_HAIRPIN", 14, "known unicast: the destination is behind the port the frame came from"),
+        ("DROP_FRAGMENT", 15, "tunnel: the first fragment of VXLAN to the tunnel address (never admitted)"),
     ),
     count="DROP_REASONS",
 )
