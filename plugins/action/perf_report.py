@@ -36,7 +36,7 @@ ARGUMENT_SPEC = {
 JSON_FILE = "perf.json"
 MARKDOWN_FILE = "perf.md"
 # A pair's name becomes part of a file name.
-PAIR_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+PAIR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 # The environment's fields as the table shows them, in order. Every one is required (null where unknown), unless
 # the environment is empty: the echo end in check mode reports {}.
@@ -198,7 +198,7 @@ def _parse_pair(raw, path: str) -> Pair:
     if not isinstance(raw, Mapping):
         raise ReportInputError(f"{path}: must be a mapping, got {type(raw).__name__}")
     name = _field(raw, path, "name", "a string")
-    if not PAIR_NAME.match(name):
+    if not PAIR_NAME.fullmatch(name):
         raise ReportInputError(f"{path}.name: must be letters, digits, '.', '_' or '-' (a file name), got {name!r}")
     sender_raw = _field(raw, path, "sender", "a mapping")
     sender_path = f"{path}.sender"

@@ -88,6 +88,7 @@ instances:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
 
@@ -103,9 +104,9 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    bad = [name for name in p["names"] or [] if not name or "/" in name or name.startswith(".")]
-    if bad:
-        module.fail_json(msg=f"names: {bad} are not instance names (no '/', not starting with '.')")
+    for i, name in enumerate(p["names"] or []):
+        if bad := names.instance_name_problem(name):
+            module.fail_json(msg=f"names[{i}]: {bad}")
     if p["retry_seconds"] < 0:
         module.fail_json(msg=f"retry_seconds: {p['retry_seconds']:g} is not 0 or more seconds")
     host = hr.HostPaths(p["state_dir"], p["pin_root"], p["cache_dir"])

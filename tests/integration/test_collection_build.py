@@ -179,7 +179,7 @@ def test_xdp_host_role_from_the_installed_collection(installed, tmp_path):
     assert recap(run(cmd, installed.env, installed.workdir)) == (2, 0)
     copied = state / "src" / "counter" / "counter.c"
     assert copied.read_bytes() == (installed.root / "bpf" / "counter" / "counter.c").read_bytes()
-    assert (state.stat().st_mode & 0o777) == 0o750
+    assert (state.stat().st_mode & 0o777) == 0o700
     assert recap(run(cmd, installed.env, installed.workdir)) == (0, 0), "second run changed something"
 
     # The copy is skipped while the host's copy matches; a changed file, mode or owner is put back.
@@ -189,6 +189,6 @@ def test_xdp_host_role_from_the_installed_collection(installed, tmp_path):
     os.chown(state / "src" / "vtep" / "vtep.h", 65534, 65534)
     assert recap(run(cmd, installed.env, installed.workdir)) == (1, 0)
     assert copied.read_bytes() == (installed.root / "bpf" / "counter" / "counter.c").read_bytes()
-    assert (header.stat().st_mode & 0o777) == 0o640
+    assert (header.stat().st_mode & 0o777) == 0o600
     assert (state / "src" / "vtep" / "vtep.h").stat().st_uid == 0
     assert recap(run(cmd, installed.env, installed.workdir)) == (0, 0), "run after the repair changed something"

@@ -561,6 +561,7 @@ def test_reboot_required_whether_or_not_this_run_changed(tmp_path):
         ({"bootloader": "lilo"}, r"^bootloader: 'lilo' is not one of auto, grub, grubby"),
         ({"state": "absent"}, r"^state: 'absent' is not one of present, restore"),
         ({"grub_variable": "GRUB CMDLINE"}, r"^grub_variable: 'GRUB CMDLINE' is not a shell variable name"),
+        ({"grub_variable": "GRUB_CMDLINE_LINUX\n"}, r"^grub_variable: 'GRUB_CMDLINE_LINUX\\n' is not a shell"),
         ({"update_command": ["update-grub", ""]}, r"^update_command\[1\]: must not be empty"),
         ({"grub_file": "/nonexistent/grub", "present": ["iommu=pt"]}, r"^grub_file: /nonexistent/grub does not exist"),
         (

@@ -2,6 +2,7 @@
 refuses one that someone else could have made or could change, before anything of the lab is made or removed."""
 
 import os
+import re
 import stat
 
 import pytest
@@ -89,3 +90,19 @@ def test_missing_parents_are_made_0700_too(tmp_path):
     labutil._make_lab_dir(str(lab_dir))
     for path in (tmp_path / "labs", tmp_path / "labs" / "mine", lab_dir):
         assert stat.S_IMODE(os.lstat(path).st_mode) == 0o700
+
+
+@pytest.mark.parametrize(
+    ("field", "params"),
+    [
+        ("prefix", {"prefix": "ls\n"}),
+        ("lab_dir", {"lab_dir": "/tmp/xdpfleet-lab-ls\n"}),
+        ("hosts[0].name", {"hosts": [{"name": "a\n", "mgmt_ip": "198.51.100.249"}]}),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_a_trailing_newline_is_no_part_of_a_lab_name_or_path(field, params):
+    """The patterns ended in `$`, which also matches before a final newline: such names reached sh -c and paths."""
+    base = {"prefix": PREFIX, "mgmt_subnet": "198.51.100.248/29", "hosts": []}
+    with pytest.raises(labutil.LabError, match=rf"^{re.escape(field)}"):
+        labutil.normalize({**base, **params})

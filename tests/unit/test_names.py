@@ -64,6 +64,7 @@ def run_module(module: str, args: dict, tmp_path) -> dict:
         ("bpf_map_info", {"instance": "..", "map": "flows"}, "instance"),
         ("bpf_map_info", {"instance": "ok", "map": "../../../etc"}, "map"),
         ("trafficgen", {"mode": "echo", "interface": "../x", "state": "absent"}, "interface"),
+        ("xdp_restore", {"names": ["ok", "x\n"]}, "names[1]"),
     ],
     ids=lambda value: value if isinstance(value, str) else None,
 )

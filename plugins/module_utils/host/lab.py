@@ -62,10 +62,10 @@ GRUB_CMDLINE_LINUX=""
 FORBIDDEN_PRIVATE_DIRS = ("/", "/proc", "/sys", "/dev", "/run", "/tmp")
 IFA_F_NODAD = 0x02
 
-_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")  # valid as a hostname and inside an ifname
-_PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
-_IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]+$")  # safe inside overlay mount options and sh -c
+_NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")  # valid as a hostname and inside an ifname
+_PREFIX_RE = re.compile(r"[a-z][a-z0-9]{0,5}")
+_IFNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_PATH_RE = re.compile(r"/[A-Za-z0-9._/-]+")  # safe inside overlay mount options and sh -c
 
 _ROUTES = {
     "type": "list",
@@ -182,7 +182,7 @@ def _address(value, field: str):
 
 
 def _name(value, field: str) -> str:
-    if not isinstance(value, str) or not _NAME_RE.match(value):
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
         raise LabError(f"{field}: {value!r} must be lower-case letters, digits and '-' (a valid hostname)")
     return value
 
@@ -205,7 +205,7 @@ def _routes(routes, field: str) -> list[dict]:
 
 
 def check_prefix(prefix) -> str:
-    if not isinstance(prefix, str) or not _PREFIX_RE.match(prefix):
+    if not isinstance(prefix, str) or not _PREFIX_RE.fullmatch(prefix):
         raise LabError(f"prefix: {prefix!r} must be 1-6 lower-case letters or digits, starting with a letter")
     return prefix
 
@@ -213,7 +213,7 @@ def check_prefix(prefix) -> str:
 def check_lab_dir(lab_dir: str | None, prefix: str) -> str:
     """The lab dir to use (default /tmp/xdpfleet-lab-<prefix>), normalized and checked."""
     lab_dir = os.path.normpath(lab_dir or default_lab_dir(prefix))
-    if not _PATH_RE.match(lab_dir) or lab_dir.count("/") < 2:
+    if not _PATH_RE.fullmatch(lab_dir) or lab_dir.count("/") < 2:
         raise LabError(f"lab_dir: {lab_dir!r} must be an absolute path of at least two levels, [A-Za-z0-9._-]")
     return lab_dir
 
@@ -317,7 +317,7 @@ def normalize(params: dict) -> dict:
     for i, path in enumerate(params["private_dirs"]):
         field = f"private_dirs[{i}]"
         path = os.path.normpath(str(path))
-        if not _PATH_RE.match(path) or path in FORBIDDEN_PRIVATE_DIRS:
+        if not _PATH_RE.fullmatch(path) or path in FORBIDDEN_PRIVATE_DIRS:
             raise LabError(f"{field}: {path!r} cannot be made private (not one of {', '.join(FORBIDDEN_PRIVATE_DIRS)})")
         if not os.path.isdir(path):
             raise LabError(f"{field}: {path} is not a directory on this machine")
@@ -391,7 +391,7 @@ def normalize(params: dict) -> dict:
                 known = ", ".join(sorted(nodes)) or "none"
                 raise LabError(f"{efield}.node: {node!r} is not a host or endpoint of the lab (known: {known})")
             ifname = end["ifname"]
-            if not isinstance(ifname, str) or not _IFNAME_RE.match(ifname):
+            if not isinstance(ifname, str) or not _IFNAME_RE.fullmatch(ifname):
                 raise LabError(f"{efield}.ifname: {ifname!r} is not a valid interface name")
             if len(ifname) > IFNAMSIZ_MAX:
                 raise LabError(f"{efield}.ifname: {ifname!r} is longer than {IFNAMSIZ_MAX} characters (IFNAMSIZ)")

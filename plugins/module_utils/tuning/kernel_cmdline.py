@@ -44,8 +44,8 @@ ONCE_KEYS = frozenset(
         "transparent_hugepage",
     }
 )
-_VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_BARE_WORD = re.compile(r"^[A-Za-z0-9_.,:/=+@%-]*$")  # needs no shell quoting
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BARE_WORD = re.compile(r"[A-Za-z0-9_.,:/=+@%-]*")  # needs no shell quoting
 # Quotes and what a shell would expand ($, `, \\) in /etc/default/grub, and GRUB script's own metacharacters (;, |,
 # &, <, >, {, }) and comment sign (#): grub-mkconfig copies the arguments into grub.cfg's `linux` line as they are,
 # so `a;b` would end that command there (and run what follows as GRUB commands) and `#` cut the line short. Quoting
@@ -197,7 +197,7 @@ def validate(params: dict) -> None:
         raise KernelCmdlineError(f"state: {params['state']!r} is not one of present, restore")
     if params["bootloader"] not in ("auto", "grub", "grubby"):
         raise KernelCmdlineError(f"bootloader: {params['bootloader']!r} is not one of auto, grub, grubby")
-    if not _VARIABLE_NAME.match(params["grub_variable"] or ""):
+    if not _VARIABLE_NAME.fullmatch(params["grub_variable"] or ""):
         raise KernelCmdlineError(f"grub_variable: {params['grub_variable']!r} is not a shell variable name")
     for n, word in enumerate(params["update_command"] or []):
         if not word:
@@ -269,7 +269,7 @@ def shell_quote(value: str, style: str) -> str:
     """`value` as a shell word, in `style` where the value allows it, else double-quoted."""
     if style == "'" and "'" not in value:
         return f"'{value}'"
-    if style == "" and _BARE_WORD.match(value):
+    if style == "" and _BARE_WORD.fullmatch(value):
         return value
     return '"' + re.sub(r'(["\\$`])', r"\\\1", value) + '"'
 

@@ -87,7 +87,7 @@ NTF_MASTER = 0x04
 NTF_STICKY = 0x40  # a bridge entry that learning never moves to another port
 USER_HZ = 100  # the bridge's ageing_time is in clock ticks of 1/USER_HZ seconds
 
-_OWN_NAME = re.compile(rf"^({BRIDGE_PREFIX}|{VXLAN_PREFIX})([1-9][0-9]{{0,7}})$")
+_OWN_NAME = re.compile(rf"({BRIDGE_PREFIX}|{VXLAN_PREFIX})([1-9][0-9]{{0,7}})")
 
 
 class LinuxVtepError(Exception):
@@ -124,7 +124,7 @@ def vxlan_name(vni: int) -> str:
 
 def own_device(name: str, kind: str | None) -> int | None:
     """The VNI of a device this module makes (by name and kind), else None."""
-    m = _OWN_NAME.match(name)
+    m = _OWN_NAME.fullmatch(name)
     if not m:
         return None
     want = "bridge" if m.group(1) == BRIDGE_PREFIX else "vxlan"
