@@ -3,16 +3,16 @@
  * VXLAN VTEP in XDP: known unicast sent to one place, BUM replicated with devmap broadcast and a per-copy rewrite in
  * a devmap egress program, MAC learning, VLAN translation.
  *
- * vtep_ingress runs on every VTEP port. It classifies a frame into a VNI (access port: the port's VNI; trunk:
- * (port, VID), the tag removed unless the VNI preserves it; tunnel: the VXLAN header, after admission), learns the
- * source MAC and looks up the destination:
+ * vtep_ingress runs on every VTEP port (vtep_ingress_generic in generic mode). It classifies a frame into a VNI
+ * (access port: the port's VNI; trunk: (port, VID), the tag removed unless the VNI preserves it; tunnel: the VXLAN
+ * header, after admission), learns the source MAC and looks up the destination:
  * - known unicast: one bpf_redirect, to the local port (a trunk gets its VID) or, encapsulated, to the one remote
  *   VTEP; no devmap, no egress program;
  * - anything else is flooded: the frame gets its 50-byte Outer once, here, and is broadcast through the VNI's group
  *   (vni_flood: every member, for local frames; vni_local: local members only, for decapsulated frames, which
  *   keep the Outer they came with: split horizon). A frame too long to reach the local ports with an Outer (the
  *   devmap drops a frame longer than the port's MTU + 18 before egress) carries a 4-byte stamp instead, in its
- *   metadata (in front of it where the driver keeps none), and its tunnel copies get their Outer in egress (struct
+ *   metadata (in front of it in generic mode), and its tunnel copies get their Outer in egress (struct
  *   flood_settings).
  *
  * vtep_egress runs once per flooded copy. A local copy loses the Outer (a trunk's copy then gets the trunk's VID);
@@ -87,7 +87,7 @@ _Static_assert(__builtin_offsetof(struct outer_hdr, ip.id) == OUTER_IP_ID &&
 
 /* The short stamp: a flooded frame too long for an Outer carries one little-endian u32, as its whole metadata (so
  * that its copies are exactly as long as the frame: a full-size frame still reaches a member of the same MTU) or,
- * where the driver keeps no metadata (generic XDP), in front of the frame. Its bit 0 is clear (an Outer's first
+ * in generic XDP (vtep_ingress_generic: egress sees no metadata there), in front of the frame. Its bit 0 is clear (an Outer's first
  * word, STAMP_SEQ, is odd) and it is never 0 (copy_state's seq when no frame is being numbered: a stamp equal to it
  * would continue numbering where the last frame stopped). */
 #define SHORT_STAMP_LEN 4
@@ -288,6 +288,7 @@ struct frame {
 	__u16 vni_slot;
 	__u16 vid;   /* the VID it came with on a trunk */
 	__u16 flags; /* enum vni_flag, and STAMP_FROM_TUNNEL for a decapsulated frame */
+	__u8 stamp_in_metadata; /* the copies' egress program sees the frame's metadata (native XDP) */
 };
 
 static __always_inline void count_rx(struct traffic_stats *s, __u64 bytes)
@@ -764,7 +765,7 @@ static __always_inline int short_stamp(struct xdp_md *ctx, struct frame *f, __u3
 	f->cpu->seq += 2;
 	word = (f->cpu->seq >> 1) << SHORT_SEQ_SHIFT | (__u32)f->vni_slot << SHORT_SLOT_SHIFT | SHORT_NONZERO | flags;
 	drop_meta(ctx);
-	if (!bpf_xdp_adjust_meta(ctx, -SHORT_STAMP_LEN)) {
+	if (f->stamp_in_metadata && !bpf_xdp_adjust_meta(ctx, -SHORT_STAMP_LEN)) {
 		stamp = (void *)(long)ctx->data_meta;
 		if ((void *)(stamp + 1) > (void *)(long)ctx->data)
 			return -1;
@@ -930,12 +931,11 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
 }
 
-SEC("xdp")
-int vtep_ingress(struct xdp_md *ctx)
+static __always_inline int ingress(struct xdp_md *ctx, __u8 stamp_in_metadata)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct frame f = { .in_ifindex = ctx->ingress_ifindex };
+	struct frame f = { .in_ifindex = ctx->ingress_ifindex, .stamp_in_metadata = stamp_in_metadata };
 	struct port_config *port;
 	struct vni_ref ref;
 	__u32 zero = 0;
@@ -974,6 +974,21 @@ int vtep_ingress(struct xdp_md *ctx)
 	}
 	f.vni_stats = bpf_map_lookup_elem(&vni_stats, &(__u32){ f.vni_slot });
 	return local_ingress(ctx, &f);
+}
+
+/* The ingress program in native mode. */
+SEC("xdp")
+int vtep_ingress(struct xdp_md *ctx)
+{
+	return ingress(ctx, 1);
+}
+
+/* The ingress program in generic (skb) mode, where a devmap's egress program sees no metadata (the skb keeps it
+ * apart): the short stamp goes in front of the frame. */
+SEC("xdp")
+int vtep_ingress_generic(struct xdp_md *ctx)
+{
+	return ingress(ctx, 0);
 }
 
 /* --- Egress: one flooded copy --------------------------------------------------------------------------------- */

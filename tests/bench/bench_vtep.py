@@ -134,13 +134,13 @@ class Scenario:
 
 
 SCENARIOS = (
-    Scenario("vtep2", "bum2", "XDP VTEP", "v", UNKNOWN_MAC, 2, "vtep_ingress"),
+    Scenario("vtep2", "bum2", "XDP VTEP", "v", UNKNOWN_MAC, 2, layouts.INGRESS_PROGRAMS["native"]),
     Scenario("floor2", "bum2", "floor", "f", UNKNOWN_MAC, 2, "bench_floor"),
     Scenario("ceiling2", "bum2", "ceiling", "c", UNKNOWN_MAC, 2, "bench_flood"),
     Scenario("linux2", "bum2", "Linux", "l", UNKNOWN_MAC, 2, "bench_pass"),
-    Scenario("vtep16", "bum16", "XDP VTEP", "w", UNKNOWN_MAC, 16, "vtep_ingress"),
+    Scenario("vtep16", "bum16", "XDP VTEP", "w", UNKNOWN_MAC, 16, layouts.INGRESS_PROGRAMS["native"]),
     Scenario("linux16", "bum16", "Linux", "m", UNKNOWN_MAC, 16, "bench_pass"),
-    Scenario("vtep_uc", "unicast", "XDP VTEP", "u", KNOWN_MAC, 1, "vtep_ingress"),
+    Scenario("vtep_uc", "unicast", "XDP VTEP", "u", KNOWN_MAC, 1, layouts.INGRESS_PROGRAMS["native"]),
     Scenario("ceiling_uc", "unicast", "ceiling", "r", KNOWN_MAC, 1, "bench_encap_redirect"),
     Scenario("linux_uc", "unicast", "Linux", "l", KNOWN_MAC, 1, "bench_pass"),
 )
@@ -342,7 +342,7 @@ class Bed:
             layout.check_object(self.vtep)
         self.vtep.load()
         self.vtep_maps = {n: self.vtep.map(n) for n in layouts.MAP_NAMES}
-        ingress = self.vtep.program("vtep_ingress").fd
+        ingress = self.vtep.program(layouts.INGRESS_PROGRAMS["native"]).fd
         self.link(ingress, "acc")
         self.link(ingress, "ul")
         fdb = (FdbEntry(KNOWN_MAC, None, KNOWN_PEER),) if self.spec.known_mac else ()
@@ -352,7 +352,7 @@ class Bed:
         )
         with netns(self.ns):  # devmap entries resolve their ifindex in the writer's namespace
             ports = {name: port_facts(name) for name in ("acc", "ul")}
-            with writer.update(self.vtep_maps, self.vtep.program("vtep_egress"), config, ports, {}):
+            with writer.update(self.vtep_maps, self.vtep.program(layouts.EGRESS_PROGRAM), config, ports, {}):
                 pass
 
     def fill_group(self, name: str, egress: str | None) -> None:

@@ -40,7 +40,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import
     Vni,
     VtepConfig,
 )
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import TrafficStats
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts import INGRESS_PROGRAMS, TrafficStats
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and XDP need root")
 
@@ -405,7 +405,7 @@ def test_fuzz_vtep(vtep):
     counters = Counters(vtep)
     slots = vtep.current.vni_slots()
     live = Live(vtep, slots)
-    prog_fd = vtep.obj.program("vtep_ingress").fd
+    prog_fd = vtep.obj.program(INGRESS_PROGRAMS["native"]).fd
     vtep.drain_all()
     frames = truncation_frames(run.seed, vtep.ports)
     index = 0
@@ -481,7 +481,7 @@ def test_a_peer_of_the_vni_behind_another_tunnel_port_is_not_admitted(vtep):
     before = drop_counts(vtep, "ul").get("not_peer", 0)
     with netns(vtep.name):
         frame = vxlan_frame("198.51.100.60", LOCAL_IPS["ul"], 100, inner, vtep.ports["ul"].mac)
-        verdict = run_frame(vtep, vtep.obj.program("vtep_ingress").fd, "ul", 0, frame, False)
+        verdict = run_frame(vtep, vtep.obj.program(INGRESS_PROGRAMS["native"]).fd, "ul", 0, frame, False)
     assert verdict.retval == fz.XDP_DROP
     assert drop_counts(vtep, "ul")["not_peer"] == before + 1
 
@@ -493,7 +493,7 @@ def test_known_unicast_longer_than_its_local_port_takes_is_dropped_and_counted(v
     frame = vxlan_frame("198.51.100.10", LOCAL_IPS["ul"], 100, inner, vtep.ports["ul"].mac)
     before = drop_counts(vtep, "a2").get("mtu", 0)
     with netns(vtep.name):
-        verdict = run_frame(vtep, vtep.obj.program("vtep_ingress").fd, "ul", 0, frame, False)
+        verdict = run_frame(vtep, vtep.obj.program(INGRESS_PROGRAMS["native"]).fd, "ul", 0, frame, False)
     assert verdict.retval == fz.XDP_DROP
     assert drop_counts(vtep, "a2")["mtu"] == before + 1
 
@@ -507,7 +507,7 @@ def test_a_full_size_frame_flooded_reaches_a_member_of_the_same_mtu(vtep):
     frame += bytes(1518 - len(frame))
     vtep.drain_all()
     with netns(vtep.name):
-        run_frame(vtep, vtep.obj.program("vtep_ingress").fd, "a1", 0, frame, live=True)
+        run_frame(vtep, vtep.obj.program(INGRESS_PROGRAMS["native"]).fd, "a1", 0, frame, live=True)
     copies = collect(vtep)
     assert ("a2", frame) in copies, [(port, len(copy)) for port, copy in copies]
 
@@ -522,7 +522,7 @@ def test_the_first_fragment_of_vxlan_is_dropped_and_a_later_one_left_to_the_host
     later[20:22] = (0x0008).to_bytes(2, "big")  # the last fragment, at byte 64
     before = drop_counts(vtep, "ul").get("fragment", 0)
     with netns(vtep.name):
-        prog_fd = vtep.obj.program("vtep_ingress").fd
+        prog_fd = vtep.obj.program(INGRESS_PROGRAMS["native"]).fd
         assert run_frame(vtep, prog_fd, "ul", 0, bytes(first), False).retval == fz.XDP_DROP
         assert run_frame(vtep, prog_fd, "ul", 0, bytes(later), False).retval == fz.XDP_PASS
     assert drop_counts(vtep, "ul")["fragment"] == before + 1
@@ -537,6 +537,6 @@ def test_a_flooded_copy_too_long_for_its_trunk_once_tagged_is_dropped_and_counte
     before = drop_counts(vtep, "tr").get("mtu", 0)
     vtep.drain_all()
     with netns(vtep.name):
-        run_frame(vtep, vtep.obj.program("vtep_ingress").fd, "a4", 0, frame, live=True)
+        run_frame(vtep, vtep.obj.program(INGRESS_PROGRAMS["native"]).fd, "a4", 0, frame, live=True)
     assert [port for port, _ in collect(vtep)] == ["ul2"]
     assert drop_counts(vtep, "tr")["mtu"] == before + 1

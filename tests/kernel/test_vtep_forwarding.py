@@ -356,3 +356,24 @@ def test_copies_keep_their_own_frames_vni_in_one_flush(fresh, mode):
         assert len(copies) == 20 * len(PEERS) + 20
     finally:
         fresh.attach("native")
+
+
+@pytest.mark.parametrize("mode", ["native", "generic"])
+def test_a_full_size_frame_reaches_every_member(fresh, mode):
+    """1514 bytes from a1 (MTU 1500) are too long for an Outer to every member: flooded with the short stamp (as
+    metadata where the mode keeps it, in front of the frame where it does not), every member gets it once."""
+    fresh.attach(mode)
+    try:
+        fresh.drain_all()
+        big = frame("full", STATION["one"])
+        big += bytes(1514 - len(big))
+        fresh.taps["a1"].send(big)
+        assert fresh.taps["a2"].drain() == [big]
+        for trunk, vid in (("tr", 10), ("tr2", 30)):
+            copies = [Ether(raw) for raw in fresh.taps[trunk].drain()]
+            assert [(c[Dot1Q].vlan, bytes(c[Dot1Q].payload)) for c in copies] == [(vid, big[14:])]
+        tunnel = [Ether(raw) for raw in fresh.taps["ul"].drain(settle=0.5)]
+        assert sorted(c[IP].dst for c in tunnel) == PEERS
+        assert all(bytes(c[VXLAN].payload) == big for c in tunnel)
+    finally:
+        fresh.attach("native")

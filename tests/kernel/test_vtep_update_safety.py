@@ -172,7 +172,7 @@ def test_every_refused_write_leaves_every_map_as_it_was(lab, refusals):
     old_egress = pass_program()
     try:
         before = apply_a(lab, old_egress)
-        egress = lab.obj.program("vtep_egress")
+        egress = lab.obj.program(layouts.EGRESS_PROGRAM)
         # update()'s read, compile and diff once: after each refusal the maps are A's again (as asserted)
         current = writer.read(lab.maps)
         difference = plan.diff(current, plan.compile_desired(CONFIG_B, lab.ports, {}, current, egress.info().tag))
@@ -206,7 +206,7 @@ def test_a_failed_undo_is_said_and_named(lab, refusals):
         apply_a(lab, old_egress)
         refusals.arm(40, 41)
         with pytest.raises(writer.RollbackError) as caught:
-            update(lab, CONFIG_B, lab.obj.program("vtep_egress"))
+            update(lab, CONFIG_B, lab.obj.program(layouts.EGRESS_PROGRAM))
         assert "map write 40 on" in caught.value.cause
         assert len(caught.value.unrestored) == 1
         assert "map write 41 on" in caught.value.unrestored[0]
@@ -242,7 +242,7 @@ def refused(lab: VtepNetns, config: VtepConfig) -> str:
     """The DoesNotFit message of an update to `config`, after checking that no map changed."""
     before = dump(lab)
     with pytest.raises(plan.DoesNotFit) as caught:
-        update(lab, config, lab.obj.program("vtep_egress"))
+        update(lab, config, lab.obj.program(layouts.EGRESS_PROGRAM))
     assert dump(lab) == before
     return str(caught.value)
 
@@ -282,7 +282,7 @@ def test_an_update_that_would_overflow_while_adding_before_removing_is_refused(l
         entries = tuple(FdbEntry(mac, "a1", None, f"vnis[0].fdb[{j}]") for j, mac in enumerate(macs))
         return VtepConfig((), (Vni(700, (AccessPort("a1"),), (), (), path="vnis[0]", fdb=entries),))
 
-    update(lab, statics(0), lab.obj.program("vtep_egress"))
+    update(lab, statics(0), lab.obj.program(layouts.EGRESS_PROGRAM))
     message = refused(lab, statics(100000))
     assert message.startswith("vnis[0].fdb[0]: the update adds 8200 entries to fdb_static (static FDB entries ")
     assert "before removing the 8200 that go, and fdb_static holds 16384 at most" in message

@@ -153,7 +153,8 @@ class VtepNetns:
         self.detach()
         with netns(self.name):
             for port in self.ports.values():
-                self.links[port.name] = libbpf.xdp_link_create(self.obj.program("vtep_ingress").fd, port.ifindex, mode)
+                ingress = self.obj.program(layouts.INGRESS_PROGRAMS[mode]).fd
+                self.links[port.name] = libbpf.xdp_link_create(ingress, port.ifindex, mode)
 
     def detach(self) -> None:
         for fd in self.links.values():
@@ -163,7 +164,7 @@ class VtepNetns:
 
     def configure(self, config: VtepConfig, peer_macs=None, ports=None) -> plan.MapDiff:
         """Bring the maps to `config` as the vtep module does; `ports` (default: the namespace's) may be altered."""
-        egress = self.obj.program("vtep_egress")
+        egress = self.obj.program(layouts.EGRESS_PROGRAM)
         # Devmap entries resolve their ifindex in the writer's namespace.
         with netns(self.name), writer.update(self.maps, egress, config, ports or self.ports, peer_macs or {}) as done:
             difference = done.diff
@@ -182,7 +183,7 @@ class VtepNetns:
         with netns(self.name):
             flags = libbpf.BPF_F_TEST_XDP_LIVE_FRAMES if live else 0
             return libbpf.prog_test_run(
-                self.obj.program("vtep_ingress").fd, frame, repeat=repeat, flags=flags, ctx=ctx
+                self.obj.program(layouts.INGRESS_PROGRAMS["native"]).fd, frame, repeat=repeat, flags=flags, ctx=ctx
             ).retval
 
     def close(self) -> None:

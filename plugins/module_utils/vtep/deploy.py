@@ -171,7 +171,7 @@ def deploy(
         instance = xp.Instance(
             paths,
             object_path,
-            "vtep_ingress",
+            layouts.INGRESS_PROGRAMS[mode],
             mode,
             {},
             tuple(layouts.LAYOUTS.values()),
@@ -188,7 +188,7 @@ def deploy(
         except xp.XdpProgramError as exc:
             raise VtepError(str(exc)) from exc
         maps = {name: instance.obj.map(name) for name in layouts.MAP_NAMES}
-        egress = instance.obj.program("vtep_egress")
+        egress = instance.obj.program(layouts.EGRESS_PROGRAM)
         record = xp.state_record(instance, vtep_ports, source, object_path, {"include_dirs": include_dirs})
         # The record first, the maps and links after (see xp.recording).
         recording = xp.recording(paths, {**record, "vtep": document}, check_mode)

@@ -177,6 +177,10 @@ DEVMAP_FRAME_ALLOWANCE = 18
 ETH_HLEN = 14  # a tunnel copy fits when its frame is at most the tunnel port's MTU + the Ethernet header
 FRAME_LIMIT_MAX = 0xFFFF
 MAP_NAMES = (*LAYOUTS, *GROUP_MAPS.values())
+# The object's programs: the ingress program of each XDP mode (a flooded frame's short stamp travels as metadata in
+# native mode; generic mode's egress programs see none) and the groups' egress program.
+INGRESS_PROGRAMS = {"native": "vtep_ingress", "generic": "vtep_ingress_generic"}
+EGRESS_PROGRAM = "vtep_egress"
 
 
 def group_class(members: dict) -> str:
