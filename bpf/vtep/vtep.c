@@ -87,9 +87,9 @@ _Static_assert(__builtin_offsetof(struct outer_hdr, ip.id) == OUTER_IP_ID &&
 
 /* The short stamp: a flooded frame too long for an Outer carries one little-endian u32, as its whole metadata (so
  * that its copies are exactly as long as the frame: a full-size frame still reaches a member of the same MTU) or,
- * in generic XDP (vtep_ingress_generic: egress sees no metadata there), in front of the frame. Its bit 0 is clear (an Outer's first
- * word, STAMP_SEQ, is odd) and it is never 0 (copy_state's seq when no frame is being numbered: a stamp equal to it
- * would continue numbering where the last frame stopped). */
+ * in generic XDP (vtep_ingress_generic: egress sees no metadata there), in front of the frame. Its bit 0 is clear
+ * (an Outer's first word, STAMP_SEQ, is odd) and it is never 0 (copy_state's seq when no frame is being numbered: a
+ * stamp equal to it would continue numbering where the last frame stopped). */
 #define SHORT_STAMP_LEN 4
 #define SHORT_FROM_TUNNEL 0x2 /* as STAMP_FROM_TUNNEL */
 #define SHORT_NONZERO 0x4
