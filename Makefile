@@ -46,7 +46,7 @@ help:
 	@echo "make abi       rewrite bpf/<plane>/<plane>_abi.h from plugins/module_utils/<plane>/abi.py"
 	@echo "make lab-down  tear down the default lab"
 	@echo "make clean     remove .build and reports"
-	@echo "make scale     the fleet tests with SCALE_VTEPS (default 12) XDP VTEPs, timed; make test runs one with 6"
+	@echo "make scale     the fleet tests (tests/scale) with SCALE_VTEPS (default 12) XDP VTEPs, timed; not in make test"
 	@echo "make bench     run the benchmarks (bench-vtep, bench-trafficgen; BENCH_ARGS=\"--seconds 5 --rounds 3\" passes options)"
 
 deps: apt-deps $(VENV_STAMP)

@@ -54,7 +54,6 @@ LAB_PREFIX, LAB_SUBNET = worker_lab(
 # together (seconds: one worker's share of a two-worker `pytest --durations` run on a busy 2-core machine). The
 # schedule is all that depends on this list.
 START_FIRST = (
-    "scale/test_scale.py",  # 130 s, its own 7-host lab
     "integration/test_lab.py",  # 130 s; it takes the lab down and brings it up fresh: the files after it on the same
     # worker then find the C sources copied and the objects compiled on the hosts, once
     "integration/test_vtep.py",  # 400 s

@@ -77,9 +77,8 @@ def test_rollout_in_batches_with_a_health_check_after_each(rollout_lab):
     # Every host of a batch is health-checked before any host of the next batch is configured.
     for done, following in itertools.pairwise(BATCHES):
         assert max(health_checked(first, h) for h in done) < min(configured(first, h) for h in following)
-    second = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT)
-    assert second.rc == 0 and second.changed() == 0, second
-    assert set(second.stats) == {*VTEPS, "localhost"}  # localhost: the lab pre-flight (playbooks/lab_check.yml)
+    assert set(first.stats) == {*VTEPS, "localhost"}  # localhost: the lab pre-flight (playbooks/lab_check.yml)
+    # A re-run changes nothing: test_vtep.py's first test runs the same playbook twice.
 
 
 def test_check_mode_shows_the_change_and_changes_nothing(rollout_lab):
