@@ -50,6 +50,8 @@ description:
     the access ports) a filter C(xdpfleet_port) that drops frames to 01:80:c2:00:00:01-0f, the 802.1 group
     addresses a bridge hands up on the port instead of forwarding. Both are small BPF programs (clsact, first in
     line); they are shown, added and repaired like the devices, and an access port's is removed when it leaves.
+extends_documentation_fragment:
+  - xdpfleet.fabric.management_port
 author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
@@ -71,14 +73,6 @@ options:
         neighbour tables.
       - Required with I(state=present).
     type: dict
-  allow_management_port:
-    description:
-      - Allow a tunnel port, access port or trunk that is the interface this host is managed through. That is the
-        interface carrying the address of the SSH session the module runs in (the server address of
-        C(SSH_CONNECTION)), or, in a run without SSH, the interface of a default route. A VTEP port takes over its
-        interface's traffic, so such a document is refused unless this is C(true).
-    type: bool
-    default: false
   state:
     description:
       - C(present) makes the host match I(config). C(absent) removes every bridge and vxlan device this module

@@ -49,6 +49,7 @@ description:
     when nothing differs, and the diff in words (C(+VNI 100: access port acc100))."
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
+  - xdpfleet.fabric.management_port
 author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
@@ -79,14 +80,6 @@ options:
         VNIs together, 16 to 1048576, default 65536)."
       - Required with I(state=present).
     type: dict
-  allow_management_port:
-    description:
-      - Allow a tunnel port, access port or trunk that is the interface this host is managed through. That is the
-        interface carrying the address of the SSH session the module runs in (the server address of
-        C(SSH_CONNECTION)), or, in a run without SSH, the interface of a default route. A VTEP port takes over its
-        interface's traffic, so such a document is refused unless this is C(true).
-    type: bool
-    default: false
   mode:
     description: XDP mode of the ingress program on every VTEP port.
     type: str
