@@ -26,6 +26,13 @@
  * a device (kernel/bpf/devmap.c, bq_enqueue), so the peer cannot come from the entry. Egress numbers the copies of
  * each frame per device instead (copy_state, by the frame's stamp): copy n goes to the n-th peer of the VNI behind
  * the port, tunnel_peers[port_vnis[vni, port].first_peer + n].
+ *
+ * The TC backend (seed 000's XDP + TC) shares all of ingress: vtep_ingress_tc classifies, admits, decapsulates and
+ * learns as above, but where the XDP backend redirects it leaves a command in the frame's metadata (struct
+ * tc_command) and passes the frame to the stack, which hands it, as an skb with that metadata, to vtep_replicate at
+ * tc ingress of the same port. That program sends known unicast on, and replicates a flooded frame with
+ * bpf_clone_redirect: the local copies first, then the Outer added once and, per peer, its addresses written and
+ * the copy sent. It walks the VNI's members in vni_members (a devmap cannot be iterated from BPF).
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -210,6 +217,13 @@ struct {
 } flood_settings SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VTEP_MAX_VNIS);
+	__type(key, __u32);
+	__type(value, struct vni_members);
+} vni_members SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, VTEP_MAX_VNIS * 16);
 	__type(key, struct peer_addr_key);
@@ -289,6 +303,7 @@ struct frame {
 	__u16 vid;   /* the VID it came with on a trunk */
 	__u16 flags; /* enum vni_flag, and STAMP_FROM_TUNNEL for a decapsulated frame */
 	__u8 stamp_in_metadata; /* the copies' egress program sees the frame's metadata (native XDP) */
+	__u8 to_tc;             /* the TC backend: forwarding is vtep_replicate's (hand_to_tc) */
 };
 
 static __always_inline void count_rx(struct traffic_stats *s, __u64 bytes)
@@ -471,27 +486,17 @@ static __always_inline struct outer_template *outer_template(struct cpu_state *c
 	return t;
 }
 
-/* Put the Outer for a frame of `vni` in front of it: every field but the per-copy ones (MACs, addresses, IP id,
- * checksum: finish_outer). Returns 0, or -1 when the frame has no headroom. */
-static __always_inline int push_outer(struct xdp_md *ctx, struct cpu_state *cpu, __u32 vni)
+/* RFC 7348: the Outer's UDP source port from the Inner flow, in the dynamic range 49152-65535. */
+static __always_inline __be16 outer_udp_source(void *data, void *data_end)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *data_end = (void *)(long)ctx->data_end;
-	__u32 inner_len = data_end - data;
-	__be16 udp_source;
-	struct outer_template *t;
-	const __u64 *words;
+	return bpf_htons(49152 | (inner_flow_hash(data, data_end) & 0x3fff));
+}
 
-	/* RFC 7348: a source port from the Inner flow, in the dynamic range 49152-65535. */
-	udp_source = bpf_htons(49152 | (inner_flow_hash(data, data_end) & 0x3fff));
-	t = outer_template(cpu, vni, inner_len);
-	if (bpf_xdp_adjust_head(ctx, -VXLAN_OVERHEAD))
-		return -1;
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	if (data + VXLAN_OVERHEAD > data_end)
-		return -1;
-	words = (const __u64 *)&t->hdr;
+/* Write the template's Outer at `data` (50 bytes the caller made room for and checked). */
+static __always_inline void write_outer(__u8 *data, struct outer_template *t, __be16 udp_source)
+{
+	const __u64 *words = (const __u64 *)&t->hdr;
+
 	*(__u64 *)(data + 0) = words[0];
 	*(__u64 *)(data + 8) = words[1];
 	*(__u64 *)(data + 16) = words[2];
@@ -500,14 +505,33 @@ static __always_inline int push_outer(struct xdp_md *ctx, struct cpu_state *cpu,
 	*(__u64 *)(data + 40) = words[5];
 	*(__u16 *)(data + 48) = *(const __u16 *)&words[6];
 	*(__be16 *)(data + OUTER_UDP_SOURCE) = udp_source;
+}
+
+/* Put the Outer for a frame of `vni` in front of it: every field but the per-copy ones (MACs, addresses, IP id,
+ * checksum: finish_outer). Returns 0, or -1 when the frame has no headroom. */
+static __always_inline int push_outer(struct xdp_md *ctx, struct cpu_state *cpu, __u32 vni)
+{
+	__u8 *data = (void *)(long)ctx->data;
+	__u8 *data_end = (void *)(long)ctx->data_end;
+	__be16 udp_source = outer_udp_source(data, data_end);
+	struct outer_template *t = outer_template(cpu, vni, data_end - data);
+
+	if (bpf_xdp_adjust_head(ctx, -VXLAN_OVERHEAD))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (data + VXLAN_OVERHEAD > data_end)
+		return -1;
+	write_outer(data, t, udp_source);
 	return 0;
 }
 
-/* Address the Outer at `data` to `peer` from `port`, and complete its checksum from the partial sum. */
-static __always_inline void finish_outer(__u8 *data, struct port_config *port, struct peer *peer)
+/* Address the Outer at `data` to `peer` from `port`, and complete its checksum from the partial sum (in the Outer's
+ * checksum field as push_outer leaves it). */
+static __always_inline void finish_outer(__u8 *data, struct port_config *port, struct peer *peer, __u16 partial)
 {
-	__u32 sum = *(__u16 *)(data + OUTER_IP_CHECK) + (port->local_ip & 0xffff) + (port->local_ip >> 16) +
-		    (peer->remote_ip & 0xffff) + (peer->remote_ip >> 16);
+	__u32 sum = partial + (port->local_ip & 0xffff) + (port->local_ip >> 16) + (peer->remote_ip & 0xffff) +
+		    (peer->remote_ip >> 16);
 
 	*(__u32 *)(data + 0) = *(__u32 *)&peer->mac[0];
 	*(__u16 *)(data + 4) = *(__u16 *)&peer->mac[4];
@@ -638,6 +662,51 @@ static __always_inline struct fdb_entry *fdb_find(struct frame *f, __u8 *mac)
 	return e;
 }
 
+/* --- The TC backend's hand-over ------------------------------------------------------------------------------ */
+
+#define TC_COMMAND_MAGIC 0x7674
+
+enum tc_op {
+	TC_SEND = 1,  /* send the frame as it is out of `ifindex` (known unicast, ready as the XDP backend sends it) */
+	TC_FLOOD = 2, /* replicate the frame (no Outer) to the members of its VNI; `ifindex` is the port it came from */
+};
+
+/* What vtep_ingress_tc leaves as the whole metadata of a frame it passes for vtep_replicate. */
+struct tc_command {
+	__u16 magic;
+	__u16 op; /* enum tc_op */
+	__u32 ifindex;
+	__u32 vni;
+	__u32 vni_slot;
+};
+
+/* The TC backend: leave the command in the frame's metadata (it has none: ingress dropped what came with it) and pass
+ * the frame to the stack, which hands it to vtep_replicate. */
+static __always_inline int hand_to_tc(struct xdp_md *ctx, struct frame *f, __u16 op, __u32 ifindex)
+{
+	struct tc_command *cmd;
+
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*cmd)))
+		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
+	cmd = (void *)(long)ctx->data_meta;
+	if ((void *)(cmd + 1) > (void *)(long)ctx->data)
+		return XDP_DROP;
+	cmd->magic = TC_COMMAND_MAGIC;
+	cmd->op = op;
+	cmd->ifindex = ifindex;
+	cmd->vni = f->vni;
+	cmd->vni_slot = f->vni_slot;
+	return XDP_PASS;
+}
+
+/* Send the frame, as it is now, out of `ifindex`: a redirect, or in the TC backend a command to do it. */
+static __always_inline int send_to(struct xdp_md *ctx, struct frame *f, __u32 ifindex)
+{
+	if (f->to_tc)
+		return hand_to_tc(ctx, f, TC_SEND, ifindex);
+	return bpf_redirect(ifindex, 0);
+}
+
 /* --- Known unicast: one redirect ------------------------------------------------------------------------------ */
 
 /* A local port of the frame's VNI, or NULL (an entry that the configuration no longer backs: flood instead). */
@@ -677,7 +746,7 @@ static __always_inline int send_local(struct xdp_md *ctx, struct frame *f, __u32
 	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
 	count_tx(f->vni_stats, data_end - data);
 	count_fdb(f, FDB_KNOWN_UNICAST);
-	return bpf_redirect(ifindex, 0);
+	return send_to(ctx, f, ifindex);
 }
 
 /* Encapsulate the frame to the remote VTEP of `e` and send it out of its tunnel port. Returns -1 when the entry
@@ -707,11 +776,11 @@ static __always_inline int send_remote(struct xdp_md *ctx, struct frame *f, stru
 	data_end = (void *)(long)ctx->data_end;
 	if (data + VXLAN_OVERHEAD > data_end)
 		return XDP_DROP;
-	finish_outer(data, port, peer);
+	finish_outer(data, port, peer, *(__u16 *)(data + OUTER_IP_CHECK));
 	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
 	count_tx(f->vni_stats, data_end - data);
 	count_fdb(f, FDB_KNOWN_UNICAST);
-	return bpf_redirect(ifindex, 0);
+	return send_to(ctx, f, ifindex);
 }
 
 /* --- Flooding ------------------------------------------------------------------------------------------------- */
@@ -781,15 +850,28 @@ static __always_inline int short_stamp(struct xdp_md *ctx, struct frame *f, __u3
 	return 0;
 }
 
+/* The TC backend floods in vtep_replicate: the frame (no Outer) and a command naming its VNI. */
+static __always_inline int flood_tc(struct xdp_md *ctx, struct frame *f)
+{
+	if (!flooding(f))
+		return drop(f->in_slot, f->vni_stats, DROP_NO_GROUP);
+	count_fdb(f, FDB_FLOODED);
+	return hand_to_tc(ctx, f, TC_FLOOD, f->in_ifindex);
+}
+
 /* A frame from a local port: give it its Outer (or the short stamp) and hand it to every member of its VNI. */
 static __always_inline int flood_local(struct xdp_md *ctx, struct frame *f)
 {
-	void *group = vni_group(&vni_flood, &vni_flood_large, f->vni_slot);
-	struct flood_settings *row = flooding(f);
 	__u8 *data = (void *)(long)ctx->data;
 	__u8 *data_end = (void *)(long)ctx->data_end;
+	struct flood_settings *row;
+	void *group;
 	__u32 limit;
 
+	if (f->to_tc)
+		return flood_tc(ctx, f);
+	group = vni_group(&vni_flood, &vni_flood_large, f->vni_slot);
+	row = flooding(f);
 	if (!group || !row)
 		return drop(f->in_slot, f->vni_stats, DROP_NO_GROUP);
 	limit = f->in_ifindex == row->tightest_port ? row->others_limit : row->frame_limit;
@@ -909,6 +991,11 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 		}
 	}
 
+	if (f->to_tc) {
+		if (bpf_xdp_adjust_head(ctx, outer_len))
+			return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
+		return flood_tc(ctx, f);
+	}
 	group = vni_group(&vni_local, &vni_local_large, f->vni_slot);
 	row = flooding(f);
 	if (!group || !row)
@@ -931,11 +1018,11 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
 }
 
-static __always_inline int ingress(struct xdp_md *ctx, __u8 stamp_in_metadata)
+static __always_inline int ingress(struct xdp_md *ctx, __u8 stamp_in_metadata, __u8 to_tc)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct frame f = { .in_ifindex = ctx->ingress_ifindex, .stamp_in_metadata = stamp_in_metadata };
+	struct frame f = { .in_ifindex = ctx->ingress_ifindex, .stamp_in_metadata = stamp_in_metadata, .to_tc = to_tc };
 	struct port_config *port;
 	struct vni_ref ref;
 	__u32 zero = 0;
@@ -980,7 +1067,7 @@ static __always_inline int ingress(struct xdp_md *ctx, __u8 stamp_in_metadata)
 SEC("xdp")
 int vtep_ingress(struct xdp_md *ctx)
 {
-	return ingress(ctx, 1);
+	return ingress(ctx, 1, 0);
 }
 
 /* The ingress program in generic (skb) mode, where a devmap's egress program sees no metadata (the skb keeps it
@@ -988,7 +1075,15 @@ int vtep_ingress(struct xdp_md *ctx)
 SEC("xdp")
 int vtep_ingress_generic(struct xdp_md *ctx)
 {
-	return ingress(ctx, 0);
+	return ingress(ctx, 0, 0);
+}
+
+/* The ingress program of the TC backend, in either XDP mode (both hand the frame's metadata to the skb). */
+SEC("xdp")
+int vtep_ingress_tc(struct xdp_md *ctx)
+{
+	drop_meta(ctx); /* vtep_replicate takes metadata of a command's size for one: only ours may be there */
+	return ingress(ctx, 0, 1);
 }
 
 /* --- Egress: one flooded copy --------------------------------------------------------------------------------- */
@@ -1094,7 +1189,7 @@ static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *po
 		data_end = (void *)(long)ctx->data_end;
 		if (data + VXLAN_OVERHEAD > data_end)
 			return XDP_DROP;
-		finish_outer(data, port, peer);
+		finish_outer(data, port, peer, *(__u16 *)(data + OUTER_IP_CHECK));
 	}
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
@@ -1152,13 +1247,231 @@ int vtep_egress(struct xdp_md *ctx)
 			return drop(port->slot, vs, DROP_NO_PEER);
 		if (data_end - data - (int)sizeof(struct ethhdr) > port->mtu)
 			return drop(port->slot, vs, DROP_MTU);
-		finish_outer(data, port, peer);
+		finish_outer(data, port, peer, *(__u16 *)(data + OUTER_IP_CHECK));
 	}
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
 	count_tx(vs, data_end - data);
 	return XDP_PASS;
+}
+
+/* --- The TC backend: replication at tc ingress ---------------------------------------------------------------- */
+
+#define TC_ACT_OK 0
+#define TC_ACT_SHOT 2
+#define TC_ACT_STOLEN 4 /* consumed: every copy was sent or dropped (and counted) */
+/* The tags a frame may carry to be flooded to a tunnel: the stack moves the first into the skb before tc, and each
+ * one popped brings the next out. */
+#define TC_TAGS_MAX 2
+#define VLAN_HLEN 4
+
+/* Open-coded numeric iterator (kernel 6.4+): the verifier checks a loop body once, whatever the member count. */
+struct bpf_iter_num {
+	__u64 __opaque[1];
+} __attribute__((aligned(8)));
+extern int bpf_iter_num_new(struct bpf_iter_num *it, int start, int end) __ksym;
+extern int *bpf_iter_num_next(struct bpf_iter_num *it) __ksym;
+extern void bpf_iter_num_destroy(struct bpf_iter_num *it) __ksym;
+
+/* A local copy out of an access port or a trunk of the VNI: as local_copy() checks a devmap copy, a translated trunk's
+ * copy getting the trunk's VID (as the skb's tag, taken off again for the next copy). Returns -1 or the drop reason. */
+static __always_inline int tc_local_copy(struct __sk_buff *skb, struct port_config *port, __u32 ifindex, __u32 vni,
+					 struct traffic_stats *vs)
+{
+	struct port_vni_key key = { .vni = vni, .ifindex = ifindex };
+	struct port_vni *member = NULL;
+	__u32 len = skb->len + (skb->vlan_present ? VLAN_HLEN : 0); /* as on the wire */
+	__u16 vid = 0;
+
+	if (port->kind == PORT_ACCESS) {
+		if (port->vni != vni)
+			return DROP_NOT_MEMBER;
+	} else {
+		member = bpf_map_lookup_elem(&port_vnis, &key);
+		if (!member)
+			return DROP_NOT_MEMBER;
+		if (!(member->flags & VNI_PRESERVE_VLAN)) {
+			vid = member->vid;
+			len += VLAN_HLEN;
+		} else if (!skb->vlan_present || skb->vlan_proto != bpf_htons(ETH_P_8021Q) ||
+			   (skb->vlan_tci & XF_VLAN_VID_MASK) != member->vid) {
+			return DROP_VID_MISMATCH;
+		}
+	}
+	if (len > port->mtu + DEVICE_FRAME_ALLOWANCE)
+		return DROP_MTU;
+	if (vid && bpf_skb_vlan_push(skb, bpf_htons(ETH_P_8021Q), vid))
+		return DROP_MALFORMED;
+	bpf_clone_redirect(skb, ifindex, 0);
+	if (vid && bpf_skb_vlan_pop(skb))
+		return DROP_MALFORMED;
+	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), len);
+	count_tx(vs, len);
+	return -1;
+}
+
+/* Put the frame's tags (in the skb, see TC_TAGS_MAX) back in front of its EtherType, as a tunnel carries them. */
+static __always_inline int tc_tags_inline(struct __sk_buff *skb)
+{
+	__u32 tags[TC_TAGS_MAX] = {}, n = 0, i;
+	__u8 *data, *data_end;
+
+	for (i = 0; i < TC_TAGS_MAX && skb->vlan_present; i++) {
+		tags[i] = skb->vlan_proto << 16 | skb->vlan_tci; /* the TPID as it lies in the frame */
+		n++;
+		if (bpf_skb_vlan_pop(skb))
+			return -1;
+	}
+	if (skb->vlan_present)
+		return -1;
+	for (i = TC_TAGS_MAX; i-- > 0;) {
+		if (i >= n)
+			continue;
+		if (bpf_skb_change_head(skb, VLAN_HLEN, 0))
+			return -1;
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+		if (data + 18 > data_end)
+			return -1;
+		*(__u64 *)data = *(__u64 *)(data + 4);
+		*(__u32 *)(data + 8) = *(__u32 *)(data + 12);
+		*(__be16 *)(data + 12) = (__be16)(tags[i] >> 16);
+		*(__be16 *)(data + 14) = bpf_htons(tags[i] & 0xffff);
+	}
+	return 0;
+}
+
+/* Put the Outer in front of the frame once for all its tunnel copies; returns the partial sum finish_outer completes
+ * per copy (the copies share the frame: each overwrites the last one's checksum), or -1. */
+static __always_inline int tc_push_outer(struct __sk_buff *skb, __u32 vni)
+{
+	__u8 *data = (void *)(long)skb->data;
+	__u8 *data_end = (void *)(long)skb->data_end;
+	struct cpu_state *cpu = bpf_map_lookup_elem(&cpu_state, &(__u32){ 0 });
+	struct outer_template *t;
+	__be16 udp_source;
+
+	if (!cpu)
+		return -1;
+	udp_source = outer_udp_source(data, data_end);
+	t = outer_template(cpu, vni, skb->len);
+	if (bpf_skb_change_head(skb, VXLAN_OVERHEAD, 0))
+		return -1;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	if (data + VXLAN_OVERHEAD > data_end)
+		return -1;
+	write_outer(data, t, udp_source);
+	return *(__u16 *)(data + OUTER_IP_CHECK);
+}
+
+/* The tunnel copies: each peer's addresses into the one Outer, then the copy out (the last one is the frame itself).
+ * Returns the tc verdict. */
+static __always_inline int tc_tunnel_copies(struct __sk_buff *skb, struct vni_members *row, __u32 vni,
+					    struct traffic_stats *vs, __u16 partial)
+{
+	__u32 last = row->count - 1, ifindex, index, i;
+	struct port_config *port;
+	struct bpf_iter_num it;
+	struct peer *peer;
+	__u8 *data;
+	int *n, verdict = TC_ACT_STOLEN;
+
+	bpf_iter_num_new(&it, row->locals, row->count);
+	while ((n = bpf_iter_num_next(&it))) {
+		i = *n;
+		if (i >= VTEP_MAX_MEMBERS)
+			break;
+		ifindex = row->members[i].ifindex;
+		index = row->members[i].peer;
+		port = bpf_map_lookup_elem(&port_config, &ifindex);
+		if (!port || port->kind != PORT_TUNNEL)
+			continue; /* a row being rewritten: what it names now is no VTEP tunnel */
+		peer = bpf_map_lookup_elem(&tunnel_peers, &index);
+		if (!peer || !peer->remote_ip || peer->vni != vni) {
+			drop(port->slot, vs, DROP_NO_PEER);
+			continue;
+		}
+		if (skb->len - sizeof(struct ethhdr) > port->mtu) {
+			drop(port->slot, vs, DROP_MTU);
+			continue;
+		}
+		data = (void *)(long)skb->data;
+		if (data + VXLAN_OVERHEAD > (__u8 *)(long)skb->data_end)
+			break;
+		finish_outer(data, port, peer, partial);
+		count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), skb->len);
+		count_tx(vs, skb->len);
+		if (i == last) {
+			verdict = bpf_redirect(ifindex, 0);
+			break;
+		}
+		bpf_clone_redirect(skb, ifindex, 0);
+	}
+	bpf_iter_num_destroy(&it);
+	return verdict;
+}
+
+/* Replicate a flooded frame to its VNI's members: local copies first (none back to the port it came from), then,
+ * for a frame from a local port, the tunnel copies (split horizon: a decapsulated frame never goes to a tunnel). */
+static __always_inline int tc_flood(struct __sk_buff *skb, struct tc_command *cmd)
+{
+	__u32 slot = cmd->vni_slot, from_ifindex = cmd->ifindex, vni = cmd->vni, ifindex, i;
+	struct vni_members *row = bpf_map_lookup_elem(&vni_members, &slot);
+	struct traffic_stats *vs = bpf_map_lookup_elem(&vni_stats, &slot);
+	struct port_config *from = bpf_map_lookup_elem(&port_config, &from_ifindex), *port;
+	struct bpf_iter_num it;
+	int *n, reason, partial;
+
+	if (!from)
+		return TC_ACT_SHOT;
+	if (!row || row->vni != vni) {
+		drop(from->slot, vs, DROP_NO_GROUP);
+		return TC_ACT_SHOT;
+	}
+	bpf_iter_num_new(&it, 0, row->locals);
+	while ((n = bpf_iter_num_next(&it))) {
+		i = *n;
+		if (i >= VTEP_MAX_MEMBERS)
+			break;
+		ifindex = row->members[i].ifindex;
+		if (ifindex == from_ifindex)
+			continue;
+		port = bpf_map_lookup_elem(&port_config, &ifindex);
+		if (!port || port->kind == PORT_NONE || port->kind == PORT_TUNNEL)
+			continue; /* a row being rewritten: what it names now is no local port */
+		reason = tc_local_copy(skb, port, ifindex, vni, vs);
+		if (reason >= 0)
+			drop(port->slot, vs, reason);
+	}
+	bpf_iter_num_destroy(&it);
+	if (from->kind == PORT_TUNNEL || row->count <= row->locals)
+		return TC_ACT_STOLEN;
+	if (tc_tags_inline(skb) || (partial = tc_push_outer(skb, vni)) < 0) {
+		drop(from->slot, vs, DROP_MALFORMED);
+		return TC_ACT_SHOT;
+	}
+	return tc_tunnel_copies(skb, row, vni, vs, partial);
+}
+
+/* The TC backend's tc ingress program, on every VTEP port next to vtep_ingress_tc: carries out its command. A frame
+ * without one is the host's. */
+SEC("tc")
+int vtep_replicate(struct __sk_buff *skb)
+{
+	struct tc_command *cmd = (void *)(long)skb->data_meta;
+
+	if ((void *)(cmd + 1) > (void *)(long)skb->data)
+		return TC_ACT_OK;
+	barrier_var(cmd);
+	if ((void *)(cmd + 1) != (void *)(long)skb->data || cmd->magic != TC_COMMAND_MAGIC)
+		return TC_ACT_OK;
+	if (cmd->op == TC_SEND)
+		return bpf_redirect(cmd->ifindex, 0);
+	if (cmd->op == TC_FLOOD)
+		return tc_flood(skb, cmd);
+	return TC_ACT_OK;
 }
 
 char LICENSE[] SEC("license") = "GPL";

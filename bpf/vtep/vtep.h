@@ -87,6 +87,23 @@ struct flood_settings {
 	__u16 pad;
 };
 
+/* vni_members[vni slot]: the VNI's members as the TC backend walks them to replicate a frame (a devmap cannot be
+ * iterated from BPF): the local ports first (ifindex), then one entry per peer (its tunnel port's ifindex and its
+ * tunnel_peers index), written from the same plan as the VNI's flood group. A row is written while frames read it;
+ * each copy is checked as the XDP backend's egress checks it (membership, VID, the peer's VNI), so a row read half
+ * old, half new never sends a frame where its VNI does not go. */
+struct vni_member {
+	__u32 ifindex;
+	__u32 peer; /* a peer: its tunnel_peers index */
+};
+
+struct vni_members {
+	__u32 vni; /* whose row this is: while a slot passes to another VNI during an update, it is not used */
+	__u16 locals; /* members[0, locals) are local ports */
+	__u16 count;  /* members[locals, count) are peers */
+	struct vni_member members[VTEP_MAX_MEMBERS];
+};
+
 /* peer_admission[{vni, remote_ip}] = the peer's tunnel_peers index: VXLAN for a VNI is accepted only from a
  * configured peer of it, and only on a tunnel port that is a member of the VNI (port_vnis). */
 struct peer_addr_key {

@@ -31,6 +31,7 @@ SIOCGIFHWADDR = 0x8927
 SOL_PACKET, PACKET_AUXDATA = 263, 8
 TP_STATUS_VLAN_VALID, TP_STATUS_VLAN_TPID_VALID = 0x10, 0x40
 SO_RCVBUFFORCE = 33
+BPF_TCX_INGRESS = 46
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -59,6 +60,16 @@ def port_facts(name: str) -> plan.Port:
         mtu = struct.unpack("16si12x", fcntl.ioctl(s, SIOCGIFMTU, ifreq))[1]
         hw = fcntl.ioctl(s, SIOCGIFHWADDR, ifreq)[18:24]
     return plan.Port(name, socket.if_nametoindex(name), mtu, ":".join(f"{b:02x}" for b in hw))
+
+
+def tcx_link_create(prog_fd: int, ifindex: int) -> int:
+    """A tc program at tcx ingress of an interface, through a new bpf_link (libbpf 1.1 has no call of its own for it).
+    """
+    opts = libbpf._LinkCreateOpts(sz=ctypes.sizeof(libbpf._LinkCreateOpts))
+    fd = libbpf.lib().bpf_link_create(prog_fd, ifindex, BPF_TCX_INGRESS, opts)
+    if fd < 0:
+        raise OSError(-fd, f"bpf_link_create(ifindex {ifindex}, tcx ingress)")
+    return fd
 
 
 @dataclass
@@ -105,9 +116,11 @@ class VtepNetns:
     ports: dict[str, plan.Port] = field(default_factory=dict)
     taps: dict[str, Tap] = field(default_factory=dict)
     links: dict[str, int] = field(default_factory=dict)
+    tc_links: dict[str, int] = field(default_factory=dict)
     obj: libbpf.BpfObject | None = None
     maps: dict[str, libbpf.Map] = field(default_factory=dict)
     current: plan.MapContents | None = None
+    backend: str = "xdp"
 
     @classmethod
     def create(cls, name: str, port_mtus: dict[str, int]) -> VtepNetns:
@@ -133,9 +146,9 @@ class VtepNetns:
                 lab.taps[port] = Tap(f"{port}p", sock)
         return lab
 
-    def load(self, mode: str, cache_dir: str, fdb_size: int | None = None) -> None:
+    def load(self, mode: str, cache_dir: str, fdb_size: int | None = None, backend: str = "xdp") -> None:
         """Compile and load the data plane (its learned FDB sized as a document's fdb_size would) and attach the
-        ingress program to every port."""
+        backend's programs to every port."""
         path, _ = bpf_build.compile_object(
             str(REPO / "bpf" / "vtep" / "vtep.c"), cache_dir, [str(REPO / "bpf" / "include")]
         )
@@ -147,20 +160,26 @@ class VtepNetns:
         self.obj.load()
         self.maps = {n: self.obj.map(n) for n in layouts.MAP_NAMES}
         self.current = writer.read(self.maps)
-        self.attach(mode)
+        self.attach(mode, backend)
 
-    def attach(self, mode: str) -> None:
+    def attach(self, mode: str, backend: str | None = None) -> None:
+        """Attach the backend's programs (default: the one attached last) in XDP mode `mode`: the XDP backend's
+        ingress program, or the TC backend's ingress program and its tc program at tcx ingress."""
         self.detach()
+        self.backend = backend or self.backend
+        ingress = self.obj.program(layouts.ingress_program(self.backend, mode)).fd
         with netns(self.name):
             for port in self.ports.values():
-                ingress = self.obj.program(layouts.INGRESS_PROGRAMS[mode]).fd
                 self.links[port.name] = libbpf.xdp_link_create(ingress, port.ifindex, mode)
+                if self.backend == "tc":
+                    self.tc_links[port.name] = tcx_link_create(self.obj.program(layouts.TC_PROGRAM).fd, port.ifindex)
 
     def detach(self) -> None:
-        for fd in self.links.values():
-            libbpf.link_detach(fd)
-            os.close(fd)
-        self.links.clear()
+        for links in (self.links, self.tc_links):
+            for fd in links.values():
+                libbpf.link_detach(fd)
+                os.close(fd)
+            links.clear()
 
     def configure(self, config: VtepConfig, peer_macs=None, ports=None) -> plan.MapDiff:
         """Bring the maps to `config` as the vtep module does; `ports` (default: the namespace's) may be altered."""
@@ -182,9 +201,8 @@ class VtepNetns:
         ctx = struct.pack("<6I", 0, len(frame), 0, self.ports[port].ifindex, 0, 0)
         with netns(self.name):
             flags = libbpf.BPF_F_TEST_XDP_LIVE_FRAMES if live else 0
-            return libbpf.prog_test_run(
-                self.obj.program(layouts.INGRESS_PROGRAMS["native"]).fd, frame, repeat=repeat, flags=flags, ctx=ctx
-            ).retval
+            ingress = self.obj.program(layouts.ingress_program(self.backend, "native")).fd
+            return libbpf.prog_test_run(ingress, frame, repeat=repeat, flags=flags, ctx=ctx).retval
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

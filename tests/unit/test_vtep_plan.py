@@ -30,6 +30,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts impor
     PortVni,
     PortVniKey,
     VlanKey,
+    VniMembers,
     VniRef,
     VtepSettings,
     ip_be,
@@ -156,6 +157,19 @@ def test_desired_contents_of_a_document():
     assert desired.groups["local"] == {100: {2: 2}, 110: {5: 5}, 200: {4: 4}}
     assert desired.egress_tags == {EGRESS}
 
+    # The TC backend's walk of the same group: local ports first, then each peer by its tunnel_peers index.
+    listed = {
+        row.vni: (row.locals, [(m.ifindex, m.peer) for m in row.members[: row.count]])
+        for row in by_index(desired, "vni_members", VniMembers).values()
+    }
+    first = {(vni, ifindex): r.first_peer for (vni, ifindex), r in port_vnis(desired).items() if r.peers}
+    assert listed == {
+        100: (1, [(2, 0), (10, first[(100, 10)]), (10, first[(100, 10)] + 1), (11, first[(100, 11)])]),
+        110: (1, [(5, 0), (10, first[(110, 10)])]),
+        200: (1, [(4, 0), (10, first[(200, 10)])]),
+    }
+    assert set(by_index(desired, "vni_members", VniMembers)) == set(by_index(desired, "flood_settings", FloodSettings))
+
 
 def test_the_second_tightest_port_limits_the_frames_of_the_tightest():
     doc = document()
@@ -200,7 +214,7 @@ def test_one_peer_less_changes_only_what_it_needs():
     assert {name: len(keys) for name, keys in d.deletes.items() if keys} == {"tunnel_peers": 1, "peer_admission": 1}
     # peer_admission holds the peer's tunnel_peers index: .3's moves to the row's first index with it.
     assert {name: len(v) for name, v in d.upserts.items() if v} == {
-        "tunnel_peers": 1, "port_vnis": 1, "flood_settings": 1, "peer_admission": 1
+        "tunnel_peers": 1, "port_vnis": 1, "flood_settings": 1, "peer_admission": 1, "vni_members": 1
     }  # fmt: skip
     row = PortVni.from_buffer_copy(now.entries["port_vnis"][bytes(PortVniKey(100, 10))])
     admitted = d.upserts["peer_admission"][bytes(PeerAddrKey(100, ip_be("198.51.100.3")))]

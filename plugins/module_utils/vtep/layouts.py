@@ -80,6 +80,21 @@ class FloodSettings(ctypes.Structure):
     ]
 
 
+class VniMember(ctypes.Structure):
+    _fields_ = [("ifindex", ctypes.c_uint32), ("peer", ctypes.c_uint32)]
+
+
+class VniMembers(ctypes.Structure):
+    """A VNI's members as the TC backend walks them: members[:locals] local ports, members[locals:count] peers."""
+
+    _fields_ = [
+        ("vni", ctypes.c_uint32),
+        ("locals", ctypes.c_uint16),
+        ("count", ctypes.c_uint16),
+        ("members", VniMember * VTEP_MAX_MEMBERS),
+    ]
+
+
 class PeerAddrKey(ctypes.Structure):
     _fields_ = [("vni", ctypes.c_uint32), ("addr", ctypes.c_uint32)]
 
@@ -129,6 +144,7 @@ LAYOUTS = {
         MapLayout("port_vnis", PortVniKey, PortVni),
         MapLayout("tunnel_peers", ctypes.c_uint32, PeerValue),
         MapLayout("flood_settings", ctypes.c_uint32, FloodSettings),
+        MapLayout("vni_members", ctypes.c_uint32, VniMembers),
         MapLayout("peer_admission", PeerAddrKey, ctypes.c_uint32),
         MapLayout("settings", ctypes.c_uint32, VtepSettings),
         MapLayout("fdb_static", FdbKey, FdbEntry),
@@ -148,13 +164,14 @@ CONFIG_MAPS = (
     "vlan_bindings",
     "tunnel_peers",
     "port_vnis",
+    "vni_members",
     "flood_settings",
     "peer_admission",
     "fdb_static",
     "settings",
 )
 # Arrays among them: every index exists, an all-zero value is an absent entry and removing one writes zeros.
-ARRAY_MAPS = ("port_config", "tunnel_peers", "flood_settings", "settings")
+ARRAY_MAPS = ("port_config", "tunnel_peers", "vni_members", "flood_settings", "settings")
 # The learned FDB: the data plane writes it, user space only reads it (and drops what a static entry overrides).
 LEARNED_FDB = "fdb"
 # fdb_generation[0]: the data plane adds 1 when a learned entry comes, moves or goes; user space adds this after
@@ -177,10 +194,19 @@ DEVMAP_FRAME_ALLOWANCE = 18
 ETH_HLEN = 14  # a tunnel copy fits when its frame is at most the tunnel port's MTU + the Ethernet header
 FRAME_LIMIT_MAX = 0xFFFF
 MAP_NAMES = (*LAYOUTS, *GROUP_MAPS.values())
-# The object's programs: the ingress program of each XDP mode (a flooded frame's short stamp travels as metadata in
-# native mode; generic mode's egress programs see none) and the groups' egress program.
+# The object's programs. The XDP backend: the ingress program of each XDP mode (a flooded frame's short stamp travels
+# as metadata in native mode; generic mode's egress programs see none) and the groups' egress program. The TC backend
+# (seed 000's XDP + TC): one XDP ingress program for both modes, which hands forwarding to the tc ingress program.
+BACKENDS = ("xdp", "tc")
 INGRESS_PROGRAMS = {"native": "vtep_ingress", "generic": "vtep_ingress_generic"}
 EGRESS_PROGRAM = "vtep_egress"
+TC_BACKEND_INGRESS_PROGRAM = "vtep_ingress_tc"
+TC_PROGRAM = "vtep_replicate"
+
+
+def ingress_program(backend: str, mode: str) -> str:
+    """The XDP program a VTEP port runs, for a backend and an XDP mode."""
+    return TC_BACKEND_INGRESS_PROGRAM if backend == "tc" else INGRESS_PROGRAMS[mode]
 
 
 def group_class(members: dict) -> str:

@@ -44,6 +44,8 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts impor
     PortVni,
     PortVniKey,
     VlanKey,
+    VniMember,
+    VniMembers,
     VniRef,
     VtepSettings,
     group_class,
@@ -253,6 +255,19 @@ def compile_desired(
         if vni not in first_tunnel:  # sorted: the VNI's first tunnel port
             first_tunnel[vni] = (ifindex, row.first_peer, row.peers)
     for vni in config.vnis:
+        # The TC backend's list of the flood group: the local ports, then each peer by its tunnel_peers index.
+        local_ports = [ports[m.port].ifindex for m in (*vni.access_ports, *vni.trunks)]
+        remote = [
+            (ifindex, first[(vni.vni, ifindex)] + copy)
+            for (row_vni, ifindex), peers in sorted(rows.items())
+            if row_vni == vni.vni
+            for copy in range(len(peers))
+        ]
+        listed = [VniMember(ifindex, 0) for ifindex in local_ports] + [VniMember(i, p) for i, p in remote]
+        row = VniMembers(vni.vni, len(local_ports), len(listed))
+        row.members[: len(listed)] = listed
+        put("vni_members", ctypes.c_uint32(vni_slot[vni.vni]), row, vni.path)
+    for vni in config.vnis:
         # The longest frame with its Outer that every local member takes, and that the others take when the
         # tightest one sends (a copy never goes back to its sender); and that every tunnel port sends (longer tunnel
         # copies are the egress program's to drop and count, so they must reach it).
@@ -360,6 +375,7 @@ MAP_CONTENTS = {
     "vlan_bindings": "trunk bindings (vnis[].trunks)",
     "port_vnis": "VNIs on ports (vnis[].access_ports, vnis[].trunks, and each tunnel port the peers of a VNI are via)",
     "tunnel_peers": "peers (vnis[].peers)",
+    "vni_members": "VNIs (vnis)",
     "flood_settings": "VNIs (vnis)",
     "peer_admission": "peers (vnis[].peers)",
     "fdb_static": "static FDB entries (vnis[].fdb)",
