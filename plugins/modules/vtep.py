@@ -53,7 +53,8 @@ extends_documentation_fragment:
 author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
-  - Linux 5.15 or newer (devmap broadcast and egress programs), libbpf.so.1, bpffs at /sys/fs/bpf
+  - Linux 5.15 or newer (devmap broadcast and egress programs), 6.6 or newer for I(backend=tc) (tcx links),
+    libbpf.so.1, bpffs at /sys/fs/bpf
   - pyroute2 and jsonschema on the host; clang when compiling I(source)
 options:
   name:
@@ -85,6 +86,19 @@ options:
     type: str
     choices: [native, generic]
     default: native
+  backend:
+    description:
+      - How flooded frames are replicated. C(xdp) with devmap broadcast and a devmap egress program per copy, all in
+        XDP.
+      - C(tc) as seed 000's XDP + TC comparison does. The same XDP program classifies, admits, decapsulates and learns,
+        then passes each frame with a command in its metadata to a second program at tc ingress of the port (tcx, a
+        pinned link next to the XDP one). That program sends known unicast on, and floods with
+        C(bpf_clone_redirect) - the local copies first, then the Outer added once and rewritten for each peer.
+      - Both use the same maps and counters, so C(vtep_info) and the facts read the same. The backend is recorded,
+        and C(xdpfleet.fabric.xdp_restore) brings the VTEP back with it.
+    type: str
+    choices: [xdp, tc]
+    default: xdp
   source:
     description: C source of the data plane on the host.
     type: path
@@ -234,6 +248,7 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
             p["source"],
             p["include_dirs"],
             p["neighbour_timeout"],
+            backend=p["backend"],
             check_mode=module.check_mode,
             build_dir=module.tmpdir if module.check_mode else None,
             check_host=True,
@@ -253,6 +268,7 @@ def main() -> None:
             "config": {"type": "dict"},
             "allow_management_port": {"type": "bool", "default": False},
             "mode": {"type": "str", "choices": ["native", "generic"], "default": "native"},
+            "backend": {"type": "str", "choices": ["xdp", "tc"], "default": "xdp"},
             "source": {"type": "path", "default": vd.VTEP_SOURCE},
             "include_dirs": {"type": "list", "elements": "path", "default": vd.VTEP_INCLUDE_DIRS},
             "neighbour_timeout": {"type": "float", "default": vd.NEIGHBOUR_TIMEOUT},

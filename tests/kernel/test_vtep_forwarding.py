@@ -2,7 +2,8 @@
 remote VTEPs), known unicast to exactly one place, aging, static entries, moves, the bounded table, VLAN
 translation, and that a port never carries another VNI's frame, not even while it moves between VNIs.
 
-Every check looks at every port of the VTEP: "exactly one place" means all the others saw nothing."""
+Every check looks at every port of the VTEP: "exactly one place" means all the others saw nothing. Both backends are
+held to the same assertions (one namespace and one loaded object; the backend is which programs are attached)."""
 
 import os
 import time
@@ -67,7 +68,7 @@ def config(aging: int = 300, vni100_access=("a1", "a2")) -> VtepConfig:
 
 
 @pytest.fixture(scope="module")
-def vtep(tmp_path_factory):
+def lab(tmp_path_factory):
     lab = VtepNetns.create(f"xvf-{os.getpid()}", PORTS)
     try:
         lab.load("native", str(tmp_path_factory.mktemp("bpfcache")), fdb_size=FDB_SIZE)
@@ -77,8 +78,30 @@ def vtep(tmp_path_factory):
         lab.close()
 
 
+def attached(lab, backend: str):
+    if lab.backend != backend:
+        lab.attach("native", backend)
+    return lab
+
+
+@pytest.fixture(params=layouts.BACKENDS)
+def vtep(lab, request):
+    """The VTEP with the programs of each backend attached (native XDP)."""
+    return attached(lab, request.param)
+
+
 @pytest.fixture
 def fresh(vtep):
+    return forgetting(vtep)
+
+
+@pytest.fixture
+def fresh_xdp(lab):
+    """The XDP backend, for what only it has (its stamps) or what ingress alone does (shared by both backends)."""
+    return forgetting(attached(lab, "xdp"))
+
+
+def forgetting(vtep):
     """A VTEP that has learned nothing (and is configured as config() says)."""
     vtep.configure(config())
     learned = vtep.maps[layouts.LEARNED_FDB]
@@ -180,7 +203,8 @@ def test_a_mac_that_moves_is_learned_again_and_counted(fresh):
     assert only(received) == {"ul": 1} and Ether(received["ul"][0])[IP].dst == PEERS[0]
 
 
-def test_learned_macs_age_out(vtep):
+def test_learned_macs_age_out(fresh_xdp):
+    vtep = fresh_xdp
     vtep.configure(config(aging=1))
     try:
         vtep.drain_all()
@@ -226,7 +250,8 @@ def test_a_new_static_entry_applies_at_once(fresh):
     assert only(seen(fresh)) == {"tr": 1}
 
 
-def test_the_learned_table_is_bounded(fresh):
+def test_the_learned_table_is_bounded(fresh_xdp):
+    fresh = fresh_xdp
     for n in range(4 * FDB_SIZE):
         fresh.test_run("a1", frame("many", f"02:00:00:01:{n >> 8:02x}:{n & 0xff:02x}"))
     assert len(list(fresh.maps[layouts.LEARNED_FDB].keys())) <= FDB_SIZE
@@ -321,9 +346,10 @@ def test_full_size_frames_are_flooded_to_every_member(fresh, size):
     assert received["a1"] == [sent] and received["a2"] == [sent]
 
 
-def test_every_frame_number_finds_its_peers(fresh):
+def test_every_frame_number_finds_its_peers(fresh_xdp):
     """Long frames are numbered in the short stamp, which wraps; no number may look like "no frame" to the copy
     numbering (it did once: every 262144th frame of the VNI in slot 0 lost all its tunnel copies, as no_peer)."""
+    fresh = fresh_xdp
     assert fresh.current.vni_slots()[100] == 0
     long_frame = frame("long", STATION["one"]) + bytes(1514 - len(frame("long", STATION["one"])))
     before = drops(fresh, "ul").get("no_peer", 0)

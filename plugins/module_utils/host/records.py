@@ -229,6 +229,7 @@ def _restore_vtep(
             record.get("source") or vd.VTEP_SOURCE,
             (record.get("build") or {}).get("include_dirs"),
             neighbour_timeout,
+            backend=record.get("backend", "xdp"),
             check_mode=check_mode,
             build_dir=build_dir,
         )

@@ -140,8 +140,11 @@ def deploy(
     build_dir: str | None = None,
     check_host: bool = False,
     allow_management_port: bool = False,
+    backend: str = "xdp",
 ) -> dict:
     """Make the VTEP instance match `document`; returns the module result (changed, changes, program, facts, diff).
+
+    backend: xdp (flooding in XDP) or tc (the XDP program hands forwarding to a tc ingress program on every port).
 
     build_dir: where a compile that misses the cache goes in check mode (the cache stays as it was).
     check_host: also hold the document against the host's addresses (host_problems()), as the vtep module does; a
@@ -171,11 +174,12 @@ def deploy(
         instance = xp.Instance(
             paths,
             object_path,
-            layouts.INGRESS_PROGRAMS[mode],
+            layouts.ingress_program(backend, mode),
             mode,
             {},
             tuple(layouts.LAYOUTS.values()),
             map_sizes={layouts.LEARNED_FDB: config.fdb_size},
+            tc_program=layouts.TC_PROGRAM if backend == "tc" else None,
         )
     except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
         raise VtepError(f"loading the VTEP data plane failed, nothing was changed: {exc}") from exc
@@ -191,7 +195,7 @@ def deploy(
         egress = instance.obj.program(layouts.EGRESS_PROGRAM)
         record = xp.state_record(instance, vtep_ports, source, object_path, {"include_dirs": include_dirs})
         # The record first, the maps and links after (see xp.recording).
-        recording = xp.recording(paths, {**record, "vtep": document}, check_mode)
+        recording = xp.recording(paths, {**record, "vtep": document, "backend": backend}, check_mode)
         try:
             with recording as recorded, writer.update(maps, egress, config, ports, peer_macs, not check_mode) as done:
                 changed = attach_plan.changed or not done.diff.empty

@@ -4,6 +4,8 @@
  *
  *   bench_tx     the sender: run with BPF_PROG_RUN + BPF_F_TEST_XDP_LIVE_FRAMES, XDP_TX sends every frame out of
  *                the ctx's ingress interface (the veth's far end), so it arrives on the port under test.
+ *   bench_tx_flows  the same, the UDP source port of each frame one of FLOWS in turn: many flows (seed 000's
+ *                XDP/TC table), so that the VTEP's Outer gets a source port per flow.
  *   bench_pass   XDP_PASS: with BPF_PROG_RUN + live frames, the frames go up the stack as if received on the
  *                interface of the ctx (the Linux data planes' per-frame cost).
  *   bench_flood  the BUM ceiling: plain devmap broadcast to the members of `flood`, no rewrite, no egress program.
@@ -151,6 +153,29 @@ static __always_inline __u8 *push_outer(struct xdp_md *ctx, union outer_words *o
 SEC("xdp")
 int bench_tx(struct xdp_md *ctx)
 {
+	return XDP_TX;
+}
+
+#define FLOWS 64
+#define UDP_SOURCE_OFFSET 34 /* Ethernet 14 + IPv4 without options 20 */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} flow_counter SEC(".maps");
+
+/* The frame's UDP checksum is 0 (none): changing its source port needs no other change. Live frames reuse their
+ * pages, so every frame gets its port written. */
+SEC("xdp")
+int bench_tx_flows(struct xdp_md *ctx)
+{
+	__u8 *data = (void *)(long)ctx->data;
+	__u32 *n = bpf_map_lookup_elem(&flow_counter, &(__u32){ 0 });
+
+	if (n && data + UDP_SOURCE_OFFSET + 2 <= (__u8 *)(long)ctx->data_end)
+		*(__be16 *)(data + UDP_SOURCE_OFFSET) = bpf_htons(1024 + (*n)++ % FLOWS);
 	return XDP_TX;
 }
 
