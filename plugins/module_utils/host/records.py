@@ -202,6 +202,7 @@ def _restore_program(
             record.get("source"),
             build=build,
             check_mode=check_mode,
+            tc_program=record.get("tc_program"),
         )
     except (xp.XdpProgramError, libbpf.LibbpfError) as exc:
         raise RestoreError(str(exc)) from exc
