@@ -286,3 +286,53 @@ def test_attached_filter_counts_what_the_wire_brings_tagged_or_not(veth, loaded,
     # The kernel may send IPv6 neighbour/router traffic of its own on the new link: only count ours.
     assert {k: moved.get(k, 0) for k in ("udp-9999", "vxlan", "v6-net")} == {"udp-9999": 2, "vxlan": 2, "v6-net": 1}
     assert moved.get("no_rule", 0) >= 1  # the fragment
+
+
+# --- The module's path: deploy() through program.py -----------------------------------------------------------------
+
+
+def test_deploy_changes_rules_in_place_keeping_program_and_counters(veth, tmp_path):
+    """What xdp_filter does on a host: a re-run changes nothing, check mode only says, and a rules change is written
+    into the running filter's maps: same program id, the kept rule's counters go on."""
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as fd
+
+    paths = xp.InstancePaths("xk-filter", f"/sys/fs/bpf/{PREFIX}-flt-{os.getpid()}", str(tmp_path / "state"))
+    first = [RULES[0], RULES[1]]
+    second = [RULES[0], dict(RULES[1], dst_port=4790), RULES[4]]
+
+    def run(items, check_mode=False):
+        with netns(veth.ns):
+            return fd.deploy(
+                paths, items, ["frx"], "xdp", "native", str(tmp_path / "cache"),
+                source=str(REPO / "bpf" / "filter" / "filter.c"), include_dirs=[str(REPO / "bpf" / "include")],
+                check_mode=check_mode, build_dir=str(tmp_path / "build"),
+            )  # fmt: skip
+
+    try:
+        created = run(first)
+        assert created["changed"] and created["program"] == {"frx": "attach"}
+        veth.send([v4() / udp(9999)] * 3)
+        assert not run(first)["changed"]
+        checked = run(second, check_mode=True)
+        assert checked["changed"] and checked["program"] == {"frx": "unchanged"}
+        assert {r["name"] for r in checked["ansible_facts"]["xdpfleet_filter"]["rules"]} == {"udp-9999", "vxlan"}
+
+        changed = run(second)
+
+        assert changed["program_id"] == created["program_id"] and changed["program"] == {"frx": "unchanged"}
+        assert changed["changes"] == [
+            "change rule vxlan: count udp to any port 4789 -> vxlan: count udp to any port 4790",
+            "add rule icmp: count icmp",
+        ]
+        assert changed["diff"]["before"] == "vxlan: count udp to any port 4789\n"
+        assert changed["diff"]["after"] == "vxlan: count udp to any port 4790\nicmp: count icmp\n"
+        facts = changed["ansible_facts"]["xdpfleet_filter"]
+        assert [(r["name"], r["packets"]) for r in facts["rules"]] == [("udp-9999", 3), ("vxlan", 0), ("icmp", 0)]
+        with netns(veth.ns):
+            assert libbpf.xdp_query(veth.rx_ifindex).prog_id == created["program_id"]
+        assert xp.load_state(paths)["filter"] == {"rules": second, "hook": "xdp"}
+        assert fd.read_counters(paths)["rules"] == facts["rules"]
+    finally:
+        with netns(veth.ns):
+            xp.remove(paths, check_mode=False)

@@ -104,7 +104,7 @@ def deploy(
     except rules.RulesError as exc:
         raise FilterError(str(exc), exc.problems) from exc
     xp_mode = attach_mode(hook, mode, allow_generic)
-    if no_bpffs := xp.bpffs_problem():
+    if (no_bpffs := xp.bpffs_problem()):
         raise FilterError(no_bpffs)
     try:
         xp.check_trusted_paths(paths)
