@@ -232,7 +232,8 @@ def _rule(item: dict, where: str, problems: list[str]) -> Rule | None:
 
 def validate(items, root: str = "rules") -> list[Rule]:
     """The rules, validated; raises RulesError listing every problem."""
-    problems = schema.problems(SCHEMA, items, root)
+    # Under their key, so that paths read rules[0].action.
+    problems = schema.problems({"type": "object", "properties": {root: SCHEMA}}, {root: items})
     if problems:
         raise RulesError(problems)
     out, seen = [], {}
