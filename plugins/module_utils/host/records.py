@@ -11,8 +11,9 @@
                                      nic_tuning, kernel_cmdline); teardown only reports which exist
 
 Teardown removes every instance through xdp_program.remove (what state=absent of each module does). Restore
-re-applies every instance record through the same code as the modules: xdp_program.converge for a program, and
-vtep_deploy.deploy with the recorded document for a VTEP. Both are used by modules (xdp_teardown, xdp_restore) and
+re-applies every instance record through the same code as the modules: xdp_program.converge for a program,
+vtep_deploy.deploy with the recorded document for a VTEP, and filter/deploy.deploy with the recorded rules for a
+filter. Both are used by modules (xdp_teardown, xdp_restore) and
 restore also by the host-side boot entry point the xdp_host role installs (roles/xdp_host/files/xdpfleet-restore).
 """
 
@@ -28,6 +29,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes, merged
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as filter_deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender
@@ -144,7 +146,7 @@ class RestoreError(RuntimeError):
 @dataclass
 class Restored:
     name: str
-    kind: str  # program or vtep
+    kind: str  # program, vtep or filter
     changes: list[str] = field(default_factory=list)  # the steps taken
     diff: dict | None = None  # the instance's state before and after
     error: str = ""
@@ -202,6 +204,7 @@ def _restore_program(
             record.get("source"),
             build=build,
             check_mode=check_mode,
+            tc_program=record.get("tc_program"),
         )
     except (xp.XdpProgramError, libbpf.LibbpfError) as exc:
         raise RestoreError(str(exc)) from exc
@@ -242,6 +245,33 @@ def _restore_vtep(
     return result["changes"] + steps, result.get("diff")
 
 
+def _restore_filter(
+    paths: xp.InstancePaths, record: dict, host: HostPaths, check_mode: bool, build_dir: str | None
+) -> tuple[list[str], dict | None]:
+    interfaces = sorted(record["interfaces"])
+    missing = [ifname for ifname in interfaces if not xp.ifindex_of(ifname)]
+    if missing:
+        raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host", transient=True)
+    hook = record["filter"].get("hook", "xdp")
+    try:
+        result = filter_deploy.deploy(
+            paths,
+            record["filter"].get("rules") or [],
+            interfaces,
+            hook,
+            record.get("mode", "native") if hook == "xdp" else "native",
+            host.cache_dir,
+            allow_generic=True,  # it was allowed when the record was written
+            source=record.get("source") or filter_deploy.FILTER_SOURCE,
+            include_dirs=(record.get("build") or {}).get("include_dirs"),
+            check_mode=check_mode,
+            build_dir=build_dir,
+        )
+    except filter_deploy.FilterError as exc:
+        raise RestoreError(str(exc)) from exc
+    return (result["changes"], result.get("diff")) if result["changed"] else ([], None)
+
+
 def _restore_one(
     outcome: Restored, host: HostPaths, check_mode: bool, build_dir: str | None, neighbour_timeout: float
 ) -> None:
@@ -257,6 +287,9 @@ def _restore_one(
         if "vtep" in record:
             outcome.kind = "vtep"
             done = _restore_vtep(paths, record, host, check_mode, build_dir, neighbour_timeout)
+        elif "filter" in record:
+            outcome.kind = "filter"
+            done = _restore_filter(paths, record, host, check_mode, build_dir)
         else:
             done = _restore_program(paths, record, host, check_mode, build_dir)
         outcome.changes, outcome.diff = done
