@@ -94,8 +94,8 @@ options:
         then passes each frame with a command in its metadata to a second program at tc ingress of the port (tcx, a
         pinned link next to the XDP one). That program sends known unicast on, and floods with
         C(bpf_clone_redirect) - the local copies first, then the Outer added once and rewritten for each peer.
-      - Both use the same maps and counters, so C(vtep_info) and the facts read the same. The backend is recorded,
-        and C(xdpfleet.fabric.xdp_restore) brings the VTEP back with it.
+      - Both use the same maps and counters, so C(vtep_info) and the facts read the same. The state file records the
+        tc program, and C(xdpfleet.fabric.xdp_restore) brings the VTEP back with its backend.
     type: str
     choices: [xdp, tc]
     default: xdp

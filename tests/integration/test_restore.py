@@ -149,7 +149,10 @@ def test_the_boot_restore_waits_for_a_next_hop_that_answers_late(fabric):
     assert boot.returncode == 0, output
     assert re.search(r"^vtep \(vtep\): WAITING, will retry: .*did not answer ARP", output, re.M), output
     assert re.search(r"^vtep \(vtep\): restored \(attempt [2-9]\)$", output, re.M), output
+    # c is a TC VTEP: decapsulated BUM reaches c100 only through its tc program, restored with the XDP one
     assert bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=2) == {"c100"}
+    tc_links = lab.host_exec("c", ["ls", "/sys/fs/bpf/xdpfleet/vtep/tc-links"]).stdout.split()
+    assert tc_links == ["acc100", "acc200", "ul-a"] and xdp_ports(lab, "c") == set(tc_links)
     assert lab.run_tasks(RESTORE, hosts="c").changed() == 0
 
 

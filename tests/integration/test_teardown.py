@@ -1,7 +1,8 @@
 """playbooks/teardown.yml on the lab: everything brought up by the real playbooks and modules (the counter of
-site.yml's xdp_counter role, l's packet filter at tc, VTEPs on a, b and l, playbooks/tune.yml, then an echo server
-on b:p3 with a sender on a:p3 running in the background) goes, from what the hosts recorded; a second run changes
-nothing; a host where an instance was partly removed by hand is torn down all the same."""
+site.yml's xdp_counter role, l's packet filter at tc, VTEPs on a, b, c (the TC backend: XDP and tc programs) and l,
+playbooks/tune.yml, then an echo server on b:p3 with a sender on a:p3 running in the background) goes, from what the
+hosts recorded; a second run changes nothing; a host where an instance was partly removed by hand is torn down all
+the same."""
 
 import json
 
@@ -34,6 +35,11 @@ def programs(lab, host: str) -> list[str]:
     return lab.host_exec(host, ["ls", "/var/lib/xdpfleet/programs"]).stdout.split()
 
 
+def tc_links(lab, host: str, instance: str) -> list[str]:
+    """The interfaces an instance runs a program at tc ingress on, by its pinned links."""
+    return lab.host_exec(host, ["ls", f"/sys/fs/bpf/xdpfleet/{instance}/tc-links"], check=False).stdout.split()
+
+
 def bring_up(lab) -> None:
     counter = lab.run_tasks(
         [
@@ -43,7 +49,7 @@ def bring_up(lab) -> None:
         ]
     )
     assert counter.rc == 0, counter
-    vtep = lab.run_playbook("playbooks/vtep.yml", extra_vars={"vtep_hosts": "a,b,l"})
+    vtep = lab.run_playbook("playbooks/vtep.yml", extra_vars={"vtep_hosts": "a,b,c,l"})
     assert vtep.rc == 0, vtep
     tune = lab.run_playbook("playbooks/tune.yml")
     assert tune.rc == 0, tune
@@ -70,6 +76,7 @@ def test_teardown_removes_everything_and_converges(lab):
     assert {"counter.json", "vtep.json"} <= set(programs(lab, "a"))
     assert {"vtep.json", "tg-echo-p3.json"} <= set(programs(lab, "b"))
     assert "filter.json" in programs(lab, "l")
+    assert tc_links(lab, "c", "vtep") == ["acc100", "acc200", "ul-a"] and "ul-a" in xdp_interfaces(lab, "c")
 
     checked = lab.run_playbook(TEARDOWN, check=True, diff=True)
     assert checked.rc == 0, checked
@@ -91,6 +98,7 @@ def test_teardown_removes_everything_and_converges(lab):
     (stopped,) = run.result(task=TEARDOWN_TASK, host="a")["senders"]
     assert stopped.startswith("stop sender on p3 (pid ") and "killed" not in stopped, stopped
     assert set(run.result(task=TEARDOWN_TASK, host="b")["instances"]) == {"vtep", "tg-echo-p3"}
+    assert "vtep" in run.result(task=TEARDOWN_TASK, host="c")["instances"]  # both programs: no pins are left below
     assert run.result(task="Remove the Linux VTEP baseline", host="l")["changed"]
     assert "filter" in run.result(task=TEARDOWN_TASK, host="l")["instances"]
     for host in HOSTS:

@@ -37,7 +37,8 @@ VNI100_ALL = [*VNI100, "dtrunk"]  # d's trunk is in VNI 100 with VID 10
 L_TUNNEL_IP = "198.51.100.110"
 AGING = 2  # seconds, for the aging test
 XDP_TASK = "xdpfleet.fabric.vtep : Configure the XDP VTEP"
-INGRESS = r"vtep_ingress tag [0-9a-f]{16} native"  # a VTEP port's program, as --diff names it
+# A port of c, a TC VTEP (host_vars/c.yml), as --diff names them: its XDP program and its program at tc ingress.
+TC_BACKEND_PROGRAMS = (r"vtep_ingress_tc tag [0-9a-f]{16} native", r"vtep_replicate tag [0-9a-f]{16} tc")
 LINUX_TASK = "xdpfleet.fabric.vtep : Configure the Linux kernel VTEP"
 CONFIG_MAPS = ("port_config", "vlan_bindings", "tunnel_peers", "port_vnis", "flood_settings", "peer_admission")
 
@@ -467,14 +468,20 @@ def test_one_member_more_or_less_changes_only_that(fabric):
     )
     assert less.rc == 0, less
     assert less.result(task=XDP_TASK, host="c")["changes"] == ["VNI 100: - access port acc100"]
-    # --diff: the member goes, and so does the ingress program on acc100 (no longer a VTEP port)
-    removed, detached = printed_diff(less.stdout, "vtep vtep")
-    assert removed == "-VNI 100: access port acc100" and re.fullmatch(f"-acc100: {INGRESS}", detached), detached
+    # --diff: the member goes, and so do the programs on acc100 (no longer a VTEP port): c is a TC VTEP, its XDP
+    # program and its tc program
+    removed, *detached = printed_diff(less.stdout, "vtep vtep")
+    xdp, tc = TC_BACKEND_PROGRAMS
+    assert removed == "-VNI 100: access port acc100", removed
+    assert len(detached) == 2, detached
+    assert re.fullmatch(f"-acc100 \\(tc\\): {tc}", min(detached)) and re.fullmatch(f"-acc100: {xdp}", max(detached))
     assert "c100" not in bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=1)
     back = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "c"}, diff=True)
     assert back.result(task=XDP_TASK, host="c")["changes"] == ["VNI 100: + access port acc100"]
-    added, attached = printed_diff(back.stdout, "vtep vtep")
-    assert added == "+VNI 100: access port acc100" and re.fullmatch(f"\\+acc100: {INGRESS}", attached), attached
+    added, *attached = printed_diff(back.stdout, "vtep vtep")
+    assert added == "+VNI 100: access port acc100" and len(attached) == 2, attached
+    assert re.fullmatch(f"\\+acc100 \\(tc\\): {tc}", min(attached))
+    assert re.fullmatch(f"\\+acc100: {xdp}", max(attached))
     assert "c100" in bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=2)
 
 

@@ -232,7 +232,7 @@ def _restore_vtep(
             record.get("source") or vd.VTEP_SOURCE,
             (record.get("build") or {}).get("include_dirs"),
             neighbour_timeout,
-            backend=record.get("backend", "xdp"),
+            backend="tc" if record.get("tc_program") else "xdp",  # the record names the TC backend's tc program
             check_mode=check_mode,
             build_dir=build_dir,
         )

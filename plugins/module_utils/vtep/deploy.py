@@ -181,7 +181,7 @@ def deploy(
         egress = instance.obj.program(layouts.EGRESS_PROGRAM)
         record = xp.state_record(instance, vtep_ports, source, object_path, {"include_dirs": include_dirs})
         # The record first, the maps and links after (see xp.recording).
-        recording = xp.recording(paths, {**record, "vtep": document, "backend": backend}, check_mode)
+        recording = xp.recording(paths, {**record, "vtep": document}, check_mode)
         try:
             with recording as recorded, writer.update(maps, egress, config, ports, peer_macs, not check_mode) as done:
                 changed = attach_plan.changed or not done.diff.empty
