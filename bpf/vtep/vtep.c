@@ -99,6 +99,9 @@ _Static_assert(__builtin_offsetof(struct outer_hdr, ip.id) == OUTER_IP_ID &&
  * stamp equal to it would continue numbering where the last frame stopped). */
 #define SHORT_STAMP_LEN 4
 #define SHORT_FROM_TUNNEL 0x2 /* as STAMP_FROM_TUNNEL */
+/* frame.flags: a decapsulated frame (never back into a tunnel), beside the VNI's enum vni_flag bits */
+#define FRAME_FROM_TUNNEL 0x8000
+_Static_assert(!(FRAME_FROM_TUNNEL & VNI_PRESERVE_VLAN), "a VNI flag is not the decapsulated mark");
 #define SHORT_NONZERO 0x4
 #define SHORT_SLOT_SHIFT 3 /* 12 bits: the VNI slot */
 #define SHORT_SLOT_MASK 0xfff
@@ -301,7 +304,7 @@ struct frame {
 	__u16 in_slot;
 	__u16 vni_slot;
 	__u16 vid;   /* the VID it came with on a trunk */
-	__u16 flags; /* enum vni_flag, and STAMP_FROM_TUNNEL for a decapsulated frame */
+	__u16 flags; /* enum vni_flag, and FRAME_FROM_TUNNEL for a decapsulated frame */
 	__u8 stamp_in_metadata; /* the copies' egress program sees the frame's metadata (native XDP) */
 	__u8 to_tc;             /* the TC backend: forwarding is vtep_replicate's (hand_to_tc) */
 };
@@ -758,7 +761,7 @@ static __always_inline int send_remote(struct xdp_md *ctx, struct frame *f, stru
 	struct peer *peer;
 	__u8 *data, *data_end;
 
-	if (f->flags & STAMP_FROM_TUNNEL)
+	if (f->flags & FRAME_FROM_TUNNEL)
 		return drop(f->in_slot, f->vni_stats, DROP_SPLIT_HORIZON);
 	peer = bpf_map_lookup_elem(&tunnel_peers, &index);
 	if (!peer || peer->remote_ip != e->remote_ip || peer->vni != f->vni)
@@ -964,7 +967,7 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 		return drop(f->in_slot, NULL, DROP_NOT_ADMITTED);
 	f->vni = key.vni;
 	f->vni_slot = admitted->vni_slot;
-	f->flags = admitted->flags | STAMP_FROM_TUNNEL;
+	f->flags = admitted->flags | FRAME_FROM_TUNNEL;
 	f->vni_stats = bpf_map_lookup_elem(&vni_stats, &(__u32){ f->vni_slot });
 	sender.vni = key.vni;
 	sender.addr = ip->saddr;

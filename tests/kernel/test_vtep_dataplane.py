@@ -283,6 +283,23 @@ def test_tagged_frame_from_the_trunk_reaches_the_tunnel_with_its_tag(vtep):
     assert bytes(Ether(copies[0])[VXLAN].payload) == tagged
 
 
+def test_known_unicast_from_a_preserve_trunk_reaches_its_remote_vtep(vtep):
+    """A MAC learned behind a peer in VNI 110 (preserve): a tagged frame to it from the trunk is encapsulated to that
+    one peer, its tag inside. (It was dropped as split_horizon: the VNI's preserve flag read as "decapsulated".)"""
+    far = "02:00:00:00:5a:99"
+    inner = Ether(dst=BROADCAST, src=far) / Dot1Q(vlan=10) / IP(src="198.51.100.171", dst="198.51.100.170")
+    vtep.drain_all()
+    vtep.taps["ul"].send(vxlan(110, PEERS_100[0], bytes(inner / UDP(sport=5678, dport=1234) / Raw(b"from far"))))
+    assert len(vtep.taps["tr"].drain()) == 1
+    before = drops(vtep, "tr").get("split_horizon", 0)
+    sent = frame("to far", dst=far, tags=[Dot1Q(vlan=10)])
+    vtep.taps["tr"].send(sent)
+    copies = vtep.taps["ul"].drain()
+    assert [outer_of(c)[:2] for c in copies] == [(PEERS_100[0], 110)]
+    assert bytes(Ether(copies[0])[VXLAN].payload) == sent
+    assert drops(vtep, "tr").get("split_horizon", 0) == before
+
+
 def test_oversized_copies_are_dropped_and_counted(vtep):
     vtep.drain_all()
     before = drops(vtep, "ul").get("mtu", 0)
