@@ -91,6 +91,9 @@ _Static_assert(__builtin_offsetof(struct outer_hdr, ip.id) == OUTER_IP_ID &&
 #define STAMP_PEERS OUTER_IP_ID           /* u16 */
 #define STAMP_FIRST_PEER OUTER_IP_DADDR   /* u32 */
 #define STAMP_FROM_TUNNEL 0x1             /* decapsulated: never back into a tunnel (split horizon) */
+/* frame.flags: a decapsulated frame (never back into a tunnel), beside the VNI's enum vni_flag bits */
+#define FRAME_FROM_TUNNEL 0x8000
+_Static_assert(!(FRAME_FROM_TUNNEL & VNI_PRESERVE_VLAN), "a VNI flag is not the decapsulated mark");
 
 /* The short stamp: a flooded frame too long for an Outer carries one little-endian u32, as its whole metadata (so
  * that its copies are exactly as long as the frame: a full-size frame still reaches a member of the same MTU) or,
@@ -99,9 +102,6 @@ _Static_assert(__builtin_offsetof(struct outer_hdr, ip.id) == OUTER_IP_ID &&
  * stamp equal to it would continue numbering where the last frame stopped). */
 #define SHORT_STAMP_LEN 4
 #define SHORT_FROM_TUNNEL 0x2 /* as STAMP_FROM_TUNNEL */
-/* frame.flags: a decapsulated frame (never back into a tunnel), beside the VNI's enum vni_flag bits */
-#define FRAME_FROM_TUNNEL 0x8000
-_Static_assert(!(FRAME_FROM_TUNNEL & VNI_PRESERVE_VLAN), "a VNI flag is not the decapsulated mark");
 #define SHORT_NONZERO 0x4
 #define SHORT_SLOT_SHIFT 3 /* 12 bits: the VNI slot */
 #define SHORT_SLOT_MASK 0xfff
