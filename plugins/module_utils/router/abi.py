@@ -40,7 +40,6 @@ LIMITS = abi.Enum(
     (("RT_PORTS_MAX", 256, "ports a router forwards between (router_ports, a DEVMAP_HASH keyed by ifindex)"),),
 )
 RT_PORTS_MAX = LIMITS["RT_PORTS_MAX"]
-FORWARDED = ("forwarded_v4", "forwarded_v6")
 VERDICT_NAMES = VERDICTS.labels("RT_")  # value -> forwarded_v4, pass_not_ip, ...
 
 ABI = abi.Abi(
