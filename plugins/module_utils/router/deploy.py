@@ -82,7 +82,7 @@ def forwarding_problems(interfaces: list[str], read=read_sysctl) -> list[str]:
                 f"interfaces: the kernel does not forward IPv4 on {ifname} (net.ipv4.conf.{ifname}.forwarding is "
                 "not 1; set net.ipv4.ip_forward=1)"
             )
-        if read(f"ipv6/conf/{ifname}/disable_ipv6") in ("0",) and read(f"ipv6/conf/{ifname}/forwarding") != "1":
+        if read(f"ipv6/conf/{ifname}/disable_ipv6") == "0" and read(f"ipv6/conf/{ifname}/forwarding") != "1":
             problems.append(
                 f"interfaces: the kernel does not forward IPv6 on {ifname} (net.ipv6.conf.{ifname}.forwarding is "
                 "not 1; set net.ipv6.conf.all.forwarding=1, or disable IPv6 on the interface)"
