@@ -15,6 +15,9 @@
  * (the kernel fragments or sends ICMP too big), VLAN-tagged frames, and routes out of interfaces that are not
  * router ports. Fragments are forwarded like any packet: routing reads no L4 header.
  *
+ * The destination MAC is not checked: a port is expected to receive only frames for it, as a NIC does outside
+ * promiscuous mode (the kernel drops the others as PACKET_OTHERHOST; this router would route them).
+ *
  * Maps:
  *   router_ports   DEVMAP_HASH ifindex -> ifindex: the ports frames may be redirected to (written from the
  *                  module's interfaces; a route out of any other interface is left to the kernel)
