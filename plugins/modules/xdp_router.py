@@ -11,8 +11,8 @@ short_description: An IPv4 and IPv6 router in XDP that follows the kernel's rout
 version_added: "0.1.0"
 description:
   - Attaches the XDP router of C(bpf/router) to I(interfaces) and makes them its ports. Each frame is looked up in
-    the kernel's own FIB (C(bpf_fib_lookup)), that is routes, policy rules, the neighbour table and the egress MTU, as the
-    kernel's forwarding path sees them. A route or neighbour changed with C(ip) takes effect at once, with no
+    the kernel's own FIB (C(bpf_fib_lookup)), that is routes, policy rules, the neighbour table and the egress MTU,
+    as the kernel's forwarding path sees them. A route or neighbour changed with C(ip) takes effect at once, with no
     program or map change. No MAC address or ifindex is configured.
   - A frame routed to a next hop whose MAC is known, out of one of the ports, gets its TTL or hop limit
     decremented (the IPv4 checksum updated incrementally) and is redirected out of that port through a devmap of
