@@ -132,3 +132,18 @@ def test_a_second_deploy_changes_nothing_and_a_host_that_does_not_forward_is_ref
             router.deploy()
     finally:
         router.exec("r", "sysctl", "-qw", "net.ipv4.conf.p2.forwarding=1")
+
+
+def test_only_the_routers_ports_are_egress_ports(router):
+    """A route out of an interface that is not a port goes to the kernel; adding the port writes the devmap."""
+    one_port = router.deploy(interfaces=["p1"])
+    assert one_port["changes"][0] == "- port p2 (ifindex 3)" and one_port["program"]["p2"] == "detach", one_port
+    try:
+        assert ping(router, "e1", E2_V4, count=1).returncode == 0  # neighbours resolved
+        before = router.counters()
+        assert ping(router, "e1", E2_V4, count=3).returncode == 0, "the kernel forwards what the router passes"
+        moved = delta(before, router.counters())
+        assert moved.get("pass_not_port") == 3 and "forwarded_v4" not in moved, moved
+    finally:
+        both = router.deploy()
+    assert both["changes"][0] == "+ port p2 (ifindex 3)" and both["program"]["p2"] == "attach", both

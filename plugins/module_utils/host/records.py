@@ -13,8 +13,8 @@
 Teardown removes every instance through xdp_program.remove (what state=absent of each module does). Restore
 re-applies every instance record through the same code as the modules: xdp_program.converge for a program,
 vtep_deploy.deploy with the recorded document for a VTEP, and router/deploy.deploy with the recorded ports for a
-router. Both are used by modules (xdp_teardown, xdp_restore) and
-restore also by the host-side boot entry point the xdp_host role installs (roles/xdp_host/files/xdpfleet-restore).
+router. Both are used by modules (xdp_teardown, xdp_restore) and restore also by the host-side boot entry point the
+xdp_host role installs (roles/xdp_host/files/xdpfleet-restore).
 """
 
 from __future__ import annotations
