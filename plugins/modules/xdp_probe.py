@@ -139,7 +139,12 @@ ansible_facts:
               C(peer) (veth only, C(ifindex) and C(name) when the peer is in this namespace), C(xdp_features)
               (C(flags), C(mask), C(zc_max_segs); null before kernel 6.3), C(xdp) (C(mode) none, native, generic,
               offload or multi, C(prog_id), C(drv_prog_id), C(skb_prog_id), C(programs) with C(id), C(mode),
-              C(name), C(tag)), C(attach_test) and C(live_frames_test).
+              C(name), C(tag)), C(xdp_before_skb), C(attach_test) and C(live_frames_test).
+            - "C(xdp_before_skb): per XDP mode (C(native), C(generic)), whether XDP runs on frames from the wire
+              before the kernel builds an skb, the only place where dropping in XDP saves work over tc: C(when) is
+              C(always) (native XDP in a driver that runs it on the received buffer), C(xdp_frames_only) (veth:
+              only frames that arrive as XDP frames, redirected, XDP_TX or live frames; what a socket sends is an
+              skb already) or C(never) (generic mode, or a driver without native XDP), and C(why)."
             - "C(attach_test): null when not asked, else C(native) and C(generic), each C(ok), C(error)
               (C(<call>: <errno meaning>)), C(skipped) and, when skipped, C(reason)."
             - "C(live_frames_test): null when not asked, else C(ok), C(error), C(counters) (the counters that

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: xdp_program
-short_description: Compile, load and attach one XDP program to a list of interfaces, idempotently
+short_description: Compile, load and attach one XDP or tc program to a list of interfaces, idempotently
 version_added: "0.1.0"
 description:
   - Compiles a C source on the host with C(clang -O2 -g -target bpf) (cached by a hash of the compiler, flags,
@@ -69,11 +69,16 @@ options:
     default: []
   mode:
     description:
-      - C(native) runs in the driver, before an skb exists. C(generic) runs on the skb and works on any interface.
-      - The kernel cannot run native and generic XDP on one device at once. So a mode change detaches and then
-        attaches, leaving a short gap. Every other change is atomic.
+      - Where the program runs. C(native) is XDP in the driver, before an skb exists. C(generic) is XDP on the skb and
+        works on any interface. C(tc) is tc ingress (tcx, Linux 6.6 or newer) for a C(SEC("tc")) program, after XDP
+        and before the stack; its link is pinned at C(/sys/fs/bpf/xdpfleet/<name>/tc-links/<interface>).
+      - The kernel cannot run native and generic XDP on one device at once. So a change between them detaches and
+        then attaches, leaving a short gap. A move between XDP and tc attaches at the new hook first and detaches
+        from the old one after. Every other change is atomic.
+      - A program of the wrong type for the mode (an XDP program with C(tc), a tc program with an XDP mode) is
+        refused before any interface changes.
     type: str
-    choices: [native, generic]
+    choices: [native, generic, tc]
     default: native
   constants:
     description:
@@ -158,7 +163,9 @@ program:
   type: dict
   sample: {name: xdp_count, tag: 9a1f0c2b3d4e5f60, id: 412}
 interfaces:
-  description: Per interface, what was done (attach, replace, reattach, takeover, unchanged, detach) and the link pin.
+  description:
+    - Per attachment, what was done (attach, replace, reattach, takeover, unchanged, detach) and the link pin. An
+      attachment is named by its interface, with C( (tc)) after it at tc ingress.
   returned: always
   type: dict
   sample: {p1: {action: replace, ifindex: 7, link_pin: /sys/fs/bpf/xdpfleet/counter/links/p1}}
@@ -248,7 +255,7 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
         "compiled": compiled,
         "program": done.program,
         "interfaces": {
-            s.ifname: {"action": s.action, "ifindex": s.ifindex, "link_pin": paths.link_pin(s.ifname)}
+            s.label: {"action": s.action, "ifindex": s.ifindex, "link_pin": paths.link_pin(s.ifname, s.hook)}
             for s in done.plan.steps
         },
         "maps": done.maps,
@@ -268,7 +275,7 @@ def main() -> None:
             "object": {"type": "path"},
             "program": {"type": "str"},
             "interfaces": {"type": "list", "elements": "str", "default": []},
-            "mode": {"type": "str", "choices": ["native", "generic"], "default": "native"},
+            "mode": {"type": "str", "choices": list(xp.MODES), "default": "native"},
             "constants": {"type": "dict", "default": {}},
             "defines": {"type": "dict", "default": {}},
             "include_dirs": {"type": "list", "elements": "path", "default": []},

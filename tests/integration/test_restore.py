@@ -25,12 +25,21 @@ RESTORE = [{"name": "restore", "xdpfleet.fabric.xdp_restore": {}}]
 ENTRY_POINT_ARGV = [sys.executable, str(ENTRY_POINT), "--lib-dir", str(REPO / "collection")]
 C100_IP = "198.51.100.164"
 A_UL_B_IP = "198.51.100.97"  # a's port towards b: b's next hop to every peer
+FILTER_RULES = [
+    {"name": "vxlan", "action": "count", "protocol": "udp", "dst_port": 4789},
+    {"name": "discard", "action": "drop", "protocol": "udp", "dst_port": 9},
+]
 
 
 @pytest.fixture(scope="module")
 def fabric(lab):
     up = lab.run_playbook("playbooks/vtep.yml")
     assert up.rc == 0, up
+    # A packet filter at tc beside a's XDP VTEP on ul-l (l's rules), for the restore to bring back with its rules.
+    filtered = lab.run_tasks(
+        [{"xdpfleet.fabric.xdp_filter": {"interfaces": ["ul-l"], "hook": "tc", "rules": FILTER_RULES}}], hosts="a"
+    )
+    assert filtered.rc == 0, filtered
     router = lab.run_tasks([{"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_router"}}], hosts="a")
     assert router.rc == 0, router
     try:
@@ -73,6 +82,10 @@ def test_restore_after_restarting_a_host_brings_bum_delivery_back(fabric):
     report = restored.result(task="restore", host="a")["instances"]["vtep"]
     assert report["kind"] == "vtep" and report["changed"], report
     assert "VNI 100: + access port acc100" in report["changes"], report
+    filter_report = restored.result(task="restore", host="a")["instances"]["filter"]
+    assert (
+        filter_report["kind"] == "filter" and "add rule vxlan: count udp to any port 4789" in filter_report["changes"]
+    )
     router = restored.result(task="restore", host="a")["instances"]["router"]
     assert router["kind"] == "router" and any(c.startswith("+ port p2 (ifindex ") for c in router["changes"]), router
     for host in VTEP_HOSTS[1:]:

@@ -50,7 +50,15 @@ def test_site_runs_the_whole_job_and_converges(site_lab, tmp_path):
     overlay = first.result(task="Ping each declared pair of endpoints across the overlay", host="localhost")
     assert len(overlay["results"]) >= 7 and all(r["rc"] == 0 for r in overlay["results"]), overlay
 
+    # l's packet filter at tc on ul-a: deployed, then read after the overlay checks with no change; the overlay's
+    # VXLAN to l crossed it, counted by its first rule
+    deployed, read = first.results(task="xdpfleet.fabric.xdp_filter : Deploy the packet filter", host="l")
+    assert deployed["result"]["changed"] and not read["result"]["changed"], read
+    filtered = {r["name"]: r for r in read["result"]["ansible_facts"]["xdpfleet_filter"]["rules"]}
+    assert filtered["vxlan"]["packets"] > 0 and filtered["discard"]["packets"] == 0, filtered
+
     report = (tmp_path / "site.md").read_text()
+    assert f"| l | tc | ul-a | vxlan | count | {filtered['vxlan']['packets']} |" in report
     assert f"| a | p1, p2 | native | forwarded_v4 | {packets} |" in report
     vtep_a = [line for line in report.splitlines() if line.startswith("| a | 100 |")]
     assert vtep_a and int(vtep_a[0].split("|")[3]) > 0, "VTEP a counted VNI 100 frames from the overlay checks"

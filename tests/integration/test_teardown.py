@@ -1,7 +1,7 @@
 """playbooks/teardown.yml on the lab: everything brought up by the real playbooks and modules (the router of
-site.yml's xdp_router role, VTEPs on a, b and l, playbooks/tune.yml, then an echo server on b:p3 with a sender on
-a:p3 running in the background) goes, from what the hosts recorded; a second run changes nothing; a host where an
-instance was partly removed by hand is torn down all the same."""
+site.yml's xdp_router role, l's packet filter at tc, VTEPs on a, b and l, playbooks/tune.yml, then an echo server
+on b:p3 with a sender on a:p3 running in the background) goes, from what the hosts recorded; a second run changes
+nothing; a host where an instance was partly removed by hand is torn down all the same."""
 
 import json
 
@@ -39,6 +39,7 @@ def bring_up(lab) -> None:
         [
             {"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_host"}},
             {"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_router"}},
+            {"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_filter"}},  # l's, at tc on ul-a
         ]
     )
     assert counter.rc == 0, counter
@@ -68,6 +69,7 @@ def test_teardown_removes_everything_and_converges(lab):
     assert any(grub(lab, h) != grub_before[h] for h in HOSTS)
     assert {"router.json", "vtep.json"} <= set(programs(lab, "a"))
     assert {"vtep.json", "tg-echo-p3.json"} <= set(programs(lab, "b"))
+    assert "filter.json" in programs(lab, "l")
 
     checked = lab.run_playbook(TEARDOWN, check=True, diff=True)
     assert checked.rc == 0, checked
@@ -92,6 +94,7 @@ def test_teardown_removes_everything_and_converges(lab):
     assert stopped.startswith("stop sender on p3 (pid ") and "killed" not in stopped, stopped
     assert set(run.result(task=TEARDOWN_TASK, host="b")["instances"]) == {"vtep", "tg-echo-p3"}
     assert run.result(task="Remove the Linux VTEP baseline", host="l")["changed"]
+    assert "filter" in run.result(task=TEARDOWN_TASK, host="l")["instances"]
     for host in HOSTS:
         assert xdp_interfaces(lab, host) == [], host
         assert lab.host_exec(host, ["test", "-e", "/sys/fs/bpf/xdpfleet"], check=False).returncode != 0, host

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 # uapi constants (linux/bpf.h, linux/if_link.h)
 BPF_XDP = 37
+BPF_TCX_INGRESS = 46
 BPF_XDP_DEVMAP = 33
 BPF_F_REPLACE = 1 << 2
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
@@ -27,6 +28,8 @@ BPF_EXIST = 2
 XDP_FLAGS_SKB_MODE = 1 << 1
 XDP_FLAGS_DRV_MODE = 1 << 2
 BPF_LINK_TYPE_XDP = 6
+BPF_LINK_TYPE_TCX = 11
+BPF_PROG_TYPE_SCHED_CLS = 3
 BPF_PROG_TYPE_XDP = 6
 BPF_MAP_TYPE_DEVMAP_HASH = 25
 BPF_TAG_SIZE = 8
@@ -196,7 +199,8 @@ class _MapInfo(ctypes.Structure):
 
 
 class _LinkInfo(ctypes.Structure):
-    """struct bpf_link_info up to the XDP member of its union (which starts 8-aligned at offset 16)."""
+    """struct bpf_link_info up to its union (which starts 8-aligned at offset 16); the XDP and the tcx members both
+    start with the ifindex."""
 
     _fields_ = [
         ("type", ctypes.c_uint32),
@@ -207,7 +211,7 @@ class _LinkInfo(ctypes.Structure):
     ]
 
     @property
-    def xdp_ifindex(self) -> int:
+    def target_ifindex(self) -> int:
         return ctypes.c_uint32.from_buffer(self, _LinkInfo.union_space.offset).value
 
 
@@ -434,7 +438,7 @@ def map_info(fd: int) -> MapInfo:
 
 def link_info(fd: int) -> LinkInfo:
     info = _info(fd, _LinkInfo(), "link")
-    ifindex = info.xdp_ifindex if info.type == BPF_LINK_TYPE_XDP else 0
+    ifindex = info.target_ifindex if info.type in (BPF_LINK_TYPE_XDP, BPF_LINK_TYPE_TCX) else 0
     return LinkInfo(id=info.id, type=info.type, prog_id=info.prog_id, ifindex=ifindex)
 
 
@@ -470,6 +474,14 @@ def xdp_link_create(prog_fd: int, ifindex: int, mode: str) -> int:
     """Attach an XDP program to an interface through a new bpf_link; returns the link fd."""
     opts = _LinkCreateOpts(sz=ctypes.sizeof(_LinkCreateOpts), flags=XDP_MODE_FLAGS[mode])
     return _check(f"bpf_link_create(ifindex {ifindex}, {mode})", lib().bpf_link_create(prog_fd, ifindex, BPF_XDP, opts))
+
+
+def tcx_link_create(prog_fd: int, ifindex: int) -> int:
+    """Attach a tc (SCHED_CLS) program at the interface's tcx ingress through a new bpf_link; returns the link fd.
+    tcx runs several programs in order: this one goes last, after any already attached."""
+    opts = _LinkCreateOpts(sz=ctypes.sizeof(_LinkCreateOpts))
+    created = lib().bpf_link_create(prog_fd, ifindex, BPF_TCX_INGRESS, opts)
+    return _check(f"bpf_link_create(ifindex {ifindex}, tcx ingress)", created)
 
 
 def link_update(link_fd: int, new_prog_fd: int, old_prog_fd: int | None = None) -> None:

@@ -1,9 +1,12 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
-"""One XDP program instance attached to a set of interfaces through pinned bpf_links.
+"""One BPF program instance attached to a set of interfaces through pinned bpf_links: at XDP (native or generic
+mode), at tc ingress (tcx, mode "tc"), or at both (an XDP program and a tc program of the same object on every
+interface, as the VTEP's tc backend runs: XDP classifies, tc replicates).
 
 Layout on a host, for an instance named N:
-  /sys/fs/bpf/xdpfleet/N/links/<ifname>   the bpf_link of each attachment (it keeps the program attached)
+  /sys/fs/bpf/xdpfleet/N/links/<ifname>   the bpf_link of each XDP attachment (it keeps the program attached)
+  /sys/fs/bpf/xdpfleet/N/tc-links/<ifname>  the bpf_link of each tcx ingress attachment
   /sys/fs/bpf/xdpfleet/N/maps/<map>       the object's maps, reused by the next version when compatible
   /var/lib/xdpfleet/programs/N.json       what was attached where, for teardown and restore
 
@@ -42,6 +45,18 @@ BPFFS_TYPE = "bpf"
 # Map flags the kernel adds by itself, by map type: programs cannot write a devmap (DEVMAP, DEVMAP_HASH), so it
 # creates each with BPF_F_RDONLY_PROG, which the object does not declare (the kernel refuses it at creation).
 KERNEL_MAP_FLAGS = {14: 1 << 7, 25: 1 << 7}
+# Where a program runs: XDP_MODES are the XDP hook's modes; TC_MODE is the tcx ingress hook (the tc programs of
+# the tcx hook run after XDP and before the stack, on the skb).
+XDP_MODES = ("native", "generic")
+TC_MODE = "tc"
+MODES = (*XDP_MODES, TC_MODE)
+HOOK_XDP = "xdp"
+HOOK_TC = "tc"
+PROGRAM_TYPES = {HOOK_XDP: libbpf.BPF_PROG_TYPE_XDP, HOOK_TC: libbpf.BPF_PROG_TYPE_SCHED_CLS}
+
+
+def hook_of(mode: str) -> str:
+    return HOOK_TC if mode == TC_MODE else HOOK_XDP
 
 
 class XdpProgramError(RuntimeError):
@@ -67,6 +82,10 @@ class InstancePaths:
         return os.path.join(self.pin_dir, "links")
 
     @property
+    def tc_links_dir(self) -> str:
+        return os.path.join(self.pin_dir, "tc-links")
+
+    @property
     def maps_dir(self) -> str:
         return os.path.join(self.pin_dir, "maps")
 
@@ -74,8 +93,8 @@ class InstancePaths:
     def state_file(self) -> str:
         return os.path.join(self.state_dir, "programs", f"{self.name}.json")
 
-    def link_pin(self, ifname: str) -> str:
-        return os.path.join(self.links_dir, ifname)
+    def link_pin(self, ifname: str, hook: str = HOOK_XDP) -> str:
+        return os.path.join(self.tc_links_dir if hook == HOOK_TC else self.links_dir, ifname)
 
     def map_pin(self, map_name: str) -> str:
         return os.path.join(self.maps_dir, map_name)
@@ -94,7 +113,7 @@ class Running:
     prog_name: str
     tag: str
     rodata: bytes
-    mode: str
+    mode: str  # native, generic or tc; none when the link no longer runs on the interface
 
     def describe(self) -> str:
         return describe(self.prog_name, self.tag, self.mode)
@@ -110,6 +129,12 @@ class Step:
     running: Running | None = None
     foreign_prog_id: int = 0
     foreign_mode: str = ""
+    hook: str = HOOK_XDP
+
+    @property
+    def label(self) -> str:
+        """The attachment's name in changes and results: the interface, with "(tc)" for a tc attachment."""
+        return f"{self.ifname} (tc)" if self.hook == HOOK_TC else self.ifname
 
 
 @dataclass
@@ -163,17 +188,19 @@ def read_rodata(prog_fd: int) -> bytes:
     return b""
 
 
-def read_running(paths: InstancePaths, ifname: str) -> Running | None:
-    """Open our pinned link for an interface; None when there is none."""
+def read_running(paths: InstancePaths, ifname: str, hook: str = HOOK_XDP) -> Running | None:
+    """Open our pinned link for an interface at a hook; None when there is none."""
     try:
-        link_fd = libbpf.obj_get(paths.link_pin(ifname))
+        link_fd = libbpf.obj_get(paths.link_pin(ifname, hook))
     except libbpf.LibbpfError as exc:
         if exc.errno == errno.ENOENT:
             return None
         raise
     link = libbpf.link_info(link_fd)
     mode = "none"
-    if link.ifindex:
+    if link.ifindex and hook == HOOK_TC:
+        mode = TC_MODE  # a tcx link the kernel still holds on an interface runs there
+    elif link.ifindex:
         state = libbpf.xdp_query(link.ifindex)
         mode = state.mode if state.prog_id == link.prog_id else "none"
     prog_fd = libbpf.prog_fd_by_id(link.prog_id)
@@ -192,11 +219,18 @@ def read_running(paths: InstancePaths, ifname: str) -> Running | None:
     )
 
 
-def recorded_interfaces(paths: InstancePaths) -> list[str]:
-    names = set(load_state(paths).get("interfaces", {}))
-    if os.path.isdir(paths.links_dir):
-        names.update(os.listdir(paths.links_dir))
-    return sorted(names)
+def recorded_attachments(paths: InstancePaths) -> list[tuple[str, str]]:
+    """(interface, hook) of every attachment the instance has pinned or recorded."""
+    found = set()
+    for hook, directory in ((HOOK_XDP, paths.links_dir), (HOOK_TC, paths.tc_links_dir)):
+        if os.path.isdir(directory):
+            found.update((ifname, hook) for ifname in os.listdir(directory))
+    record = load_state(paths)
+    for ifname in record.get("interfaces", {}):
+        found.add((ifname, hook_of(record.get("mode", "native"))))
+        if record.get("tc_program"):
+            found.add((ifname, HOOK_TC))
+    return sorted(found)
 
 
 def load_state(paths: InstancePaths) -> dict:
@@ -299,8 +333,13 @@ class Instance:
         constants: dict,
         layouts: tuple[MapLayout, ...] = (),
         map_sizes: dict[str, int] | None = None,
+        tc_program: str | None = None,
     ):
-        """map_sizes: max_entries of maps sized per instance; a pinned map of another size is replaced."""
+        """mode: native or generic XDP, or tc (tcx ingress) for `program`. tc_program: a second program of the object
+        attached at tc ingress of the same interfaces (with an XDP mode only). map_sizes: max_entries of maps sized per
+        instance; a pinned map of another size is replaced."""
+        if tc_program and mode == TC_MODE:
+            raise ValueError("tc_program: the instance's program already runs at tc (mode tc)")
         self.paths = paths
         self.mode = mode
         self.constants = constants
@@ -310,15 +349,27 @@ class Instance:
             for layout in layouts:  # before load: a C struct that Python does not follow never gets written
                 layout.check_object(self.obj)
             self.program = self.obj.program(program)
+            self.programs = {hook_of(mode): self.program}
+            if tc_program:
+                self.programs[HOOK_TC] = self.obj.program(tc_program)
             self.rodata = set_rodata(self.obj, constants)
             for name, size in (map_sizes or {}).items():
                 self.obj.map(name).set_max_entries(size)
             self.new_maps = self._reuse_pinned_maps()
             self.obj.load()  # verifier errors surface here, before any interface is touched
-            self.info = self.program.info()
+            self.infos = {hook: p.info() for hook, p in self.programs.items()}
+            self.info = self.infos[hook_of(mode)]
+            for hook, info in self.infos.items():
+                if info.type != PROGRAM_TYPES[hook]:
+                    what = 'a tc (SEC("tc"))' if hook == HOOK_TC else "an XDP"
+                    raise ValueError(f"program {info.name} is not {what} program; it cannot run at the {hook} hook")
         except Exception:
             self.close()
             raise
+
+    @property
+    def tc_program(self) -> libbpf.Program | None:
+        return self.programs.get(HOOK_TC) if self.mode != TC_MODE else None
 
     def _reuse_pinned_maps(self) -> list[str]:
         """Point the object at the instance's pinned maps where they fit; return the maps it must create."""
@@ -351,71 +402,84 @@ class Instance:
                 btf.close()
         return created
 
-    def describe(self) -> str:
-        return describe(self.info.name, self.info.tag, self.mode, self.constants)
+    def describe(self, hook: str | None = None) -> str:
+        hook = hook or hook_of(self.mode)
+        info = self.infos[hook]
+        return describe(info.name, info.tag, TC_MODE if hook == HOOK_TC else self.mode, self.constants)
 
     def plan(self, interfaces: list[str], replace_foreign: bool) -> Plan:
         plan = Plan(new_maps=self.new_maps if os.path.isdir(self.paths.pin_dir) else [])
-        for ifname in interfaces:
-            step = Step(ifname=ifname, action="attach", ifindex=ifindex_of(ifname), after=self.describe())
-            running = read_running(self.paths, ifname)
-            if running:
-                self.running.append(running)
-                step.running = running
-                step.before = running.describe()
-            if running and running.ifindex == step.ifindex and running.mode != "none":
-                same_program = running.tag == self.info.tag and running.rodata == self.rodata and not plan.new_maps
-                if running.mode != self.mode:
-                    step.action = "reattach"
-                else:
-                    step.action = "unchanged" if same_program else "replace"
-            else:
-                state = libbpf.xdp_query(step.ifindex)
-                if state.prog_id:
-                    if not replace_foreign:
-                        foreign = libbpf.prog_fd_by_id(state.prog_id)
-                        try:
-                            info = libbpf.prog_info(foreign)
-                        finally:
-                            os.close(foreign)
-                        raise XdpProgramError(
-                            f"interfaces: {ifname} already runs XDP program {info.name} (id {state.prog_id}, "
-                            f"tag {info.tag}, {state.mode}) that this instance did not attach; set "
-                            "replace_foreign: true to take it over (there is a short gap without XDP while the "
-                            "attachment moves to a bpf_link), or detach it first"
-                        )
-                    step.action = "takeover"
-                    step.foreign_prog_id = state.prog_id
-                    step.foreign_mode = state.mode
-                    step.before = f"foreign program id {state.prog_id} {state.mode}"
-            plan.steps.append(step)
-        for ifname in recorded_interfaces(self.paths):
-            if ifname not in interfaces:
-                running = read_running(self.paths, ifname)
+        wanted = [(ifname, hook) for ifname in interfaces for hook in self.programs]
+        for ifname, hook in wanted:
+            plan.steps.append(self._step(ifname, hook, plan, replace_foreign))
+        for ifname, hook in recorded_attachments(self.paths):
+            if (ifname, hook) not in wanted:
+                running = read_running(self.paths, ifname, hook)
                 if running:
                     self.running.append(running)
                 before = running.describe() if running else "stale pin"
-                plan.steps.append(Step(ifname=ifname, action="detach", running=running, before=before))
+                plan.steps.append(Step(ifname=ifname, action="detach", running=running, before=before, hook=hook))
         return plan
+
+    def _step(self, ifname: str, hook: str, plan: Plan, replace_foreign: bool) -> Step:
+        step = Step(ifname=ifname, action="attach", ifindex=ifindex_of(ifname), after=self.describe(hook), hook=hook)
+        running = read_running(self.paths, ifname, hook)
+        if running:
+            self.running.append(running)
+            step.running = running
+            step.before = running.describe()
+        mode = TC_MODE if hook == HOOK_TC else self.mode
+        if running and running.ifindex == step.ifindex and running.mode != "none":
+            same_program = running.tag == self.infos[hook].tag and running.rodata == self.rodata and not plan.new_maps
+            if running.mode != mode:
+                step.action = "reattach"
+            else:
+                step.action = "unchanged" if same_program else "replace"
+            return step
+        if hook == HOOK_TC:
+            return step  # tcx runs several programs on an interface: another one's is no obstacle
+        state = libbpf.xdp_query(step.ifindex)
+        if state.prog_id:
+            if not replace_foreign:
+                foreign = libbpf.prog_fd_by_id(state.prog_id)
+                try:
+                    info = libbpf.prog_info(foreign)
+                finally:
+                    os.close(foreign)
+                raise XdpProgramError(
+                    f"interfaces: {ifname} already runs XDP program {info.name} (id {state.prog_id}, "
+                    f"tag {info.tag}, {state.mode}) that this instance did not attach; set "
+                    "replace_foreign: true to take it over (there is a short gap without XDP while the "
+                    "attachment moves to a bpf_link), or detach it first"
+                )
+            step.action = "takeover"
+            step.foreign_prog_id = state.prog_id
+            step.foreign_mode = state.mode
+            step.before = f"foreign program id {state.prog_id} {state.mode}"
+        return step
 
     def apply(self, plan: Plan) -> None:
         """Make-before-break: attach or replace every interface, then swap map pins, then detach the rest."""
         files.make_private_dirs(self.paths.links_dir)
+        if HOOK_TC in self.programs:
+            files.make_private_dirs(self.paths.tc_links_dir)
         files.make_private_dirs(self.paths.maps_dir)
-        prog_fd = self.program.fd
         done: list[tuple[Step, int | None]] = []
         try:
             for step in plan.steps:
                 if step.action in ("unchanged", "detach"):
                     continue
-                done.append((step, self._apply_step(step, prog_fd)))
+                done.append((step, self._apply_step(step)))
         except libbpf.LibbpfError as exc:
             rollback_errors = self._rollback(done)
             detail = f"; rolling back also failed: {'; '.join(rollback_errors)}" if rollback_errors else ""
             raise XdpProgramError(
                 f"attaching {self.info.name} failed, previous state restored on "
-                f"{', '.join(s.ifname for s, _link_fd in done) or 'no interface'}: {exc}{detail}"
+                f"{', '.join(s.label for s, _link_fd in done) or 'no interface'}: {exc}{detail}"
             ) from exc
+        for _step, link_fd in done:
+            if link_fd is not None:
+                os.close(link_fd)  # the pin holds the link now: an fd left open would keep it attached after unpin
         for name, m in self.obj.maps.items():
             if m.internal:
                 continue
@@ -426,17 +490,26 @@ class Instance:
                 m.pin(pin_path)
         for step in plan.steps:
             if step.action == "detach":
-                detach_link(self.paths, step.ifname, step.running)
+                detach_link(self.paths, step.ifname, step.running, step.hook)
+        if os.path.isdir(self.paths.tc_links_dir) and not os.listdir(self.paths.tc_links_dir):
+            os.rmdir(self.paths.tc_links_dir)  # an instance that moved off tc leaves no empty directory
 
     def running_prog_id(self, plan: Plan) -> int:
         """Id of the program the interfaces run once the plan is applied (the loaded one is discarded if unchanged)."""
         if plan.changed:
             return self.info.id
-        return next((s.running.prog_id for s in plan.steps if s.running), self.info.id)
+        main_hook = hook_of(self.mode)
+        return next((s.running.prog_id for s in plan.steps if s.running and s.hook == main_hook), self.info.id)
 
-    def _apply_step(self, step: Step, prog_fd: int) -> int | None:
+    def _link_create(self, hook: str, ifindex: int, prog_fd: int, mode: str) -> int:
+        if hook == HOOK_TC:
+            return libbpf.tcx_link_create(prog_fd, ifindex)
+        return libbpf.xdp_link_create(prog_fd, ifindex, mode)
+
+    def _apply_step(self, step: Step) -> int | None:
         """Returns the new link fd where one was made (for rollback)."""
-        pin_path = self.paths.link_pin(step.ifname)
+        pin_path = self.paths.link_pin(step.ifname, step.hook)
+        prog_fd = self.programs[step.hook].fd
         if step.action == "replace":
             libbpf.link_update(step.running.link_fd, prog_fd, old_prog_fd=step.running.prog_fd)
             return None
@@ -448,7 +521,7 @@ class Instance:
             libbpf.xdp_detach_netlink(step.ifindex, step.foreign_mode)
         if step.running and os.path.exists(pin_path):  # a stale link whose interface went away
             libbpf.unpin(pin_path)
-        link_fd = libbpf.xdp_link_create(prog_fd, step.ifindex, self.mode)
+        link_fd = self._link_create(step.hook, step.ifindex, prog_fd, self.mode)
         try:
             libbpf.pin(link_fd, pin_path)
         except libbpf.LibbpfError:
@@ -460,23 +533,24 @@ class Instance:
     def _rollback(self, done: list[tuple[Step, int | None]]) -> list[str]:
         errors = []
         for step, link_fd in reversed(done):
+            pin_path = self.paths.link_pin(step.ifname, step.hook)
             try:
                 if step.action == "replace":
                     libbpf.link_update(step.running.link_fd, step.running.prog_fd)
                     continue
                 libbpf.link_detach(link_fd)
-                libbpf.unpin(self.paths.link_pin(step.ifname))
+                libbpf.unpin(pin_path)
                 os.close(link_fd)
                 if step.action == "reattach":
-                    old = libbpf.xdp_link_create(step.running.prog_fd, step.ifindex, step.running.mode)
-                    libbpf.pin(old, self.paths.link_pin(step.ifname))
+                    old = self._link_create(step.hook, step.ifindex, step.running.prog_fd, step.running.mode)
+                    libbpf.pin(old, pin_path)
                     os.close(old)
                 elif step.action == "takeover":
                     foreign = libbpf.prog_fd_by_id(step.foreign_prog_id)
                     libbpf.xdp_attach_netlink(step.ifindex, foreign, step.foreign_mode)
                     os.close(foreign)
             except (libbpf.LibbpfError, OSError) as exc:
-                errors.append(f"{step.ifname}: {exc}")
+                errors.append(f"{step.label}: {exc}")
         return errors
 
     def close(self) -> None:
@@ -493,8 +567,8 @@ class Instance:
         self.close()
 
 
-def detach_link(paths: InstancePaths, ifname: str, running: Running | None) -> None:
-    pin_path = paths.link_pin(ifname)
+def detach_link(paths: InstancePaths, ifname: str, running: Running | None, hook: str = HOOK_XDP) -> None:
+    pin_path = paths.link_pin(ifname, hook)
     if running:
         try:
             libbpf.link_detach(running.link_fd)
@@ -509,8 +583,10 @@ def state_record(
     instance: Instance, interfaces: list[str], source: str | None, object_path: str, build: dict | None = None
 ) -> dict:
     """What restore needs to bring the instance back (program is the C function, as the object names it; build holds
-    the include_dirs and defines the source was compiled with, for when the cached object is gone)."""
-    return {
+    the include_dirs and defines the source was compiled with, for when the cached object is gone; tc_program the
+    program an XDP instance also runs at tc ingress)."""
+    main_hook = hook_of(instance.mode)
+    record = {
         "name": instance.paths.name,
         "program": instance.program.name,
         "tag": instance.info.tag,
@@ -520,12 +596,19 @@ def state_record(
         "object": object_path,
         "build": build or {},
         "interfaces": {
-            ifname: {"ifindex": ifindex_of(ifname), "link_pin": instance.paths.link_pin(ifname)}
+            ifname: {
+                "ifindex": ifindex_of(ifname),
+                "link_pin": instance.paths.link_pin(ifname, main_hook),
+                **({"tc_link_pin": instance.paths.link_pin(ifname, HOOK_TC)} if instance.tc_program else {}),
+            }
             for ifname in interfaces
         },
         "maps": {name: instance.paths.map_pin(name) for name, m in instance.obj.maps.items() if not m.internal},
         "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+    if instance.tc_program:
+        record["tc_program"] = instance.tc_program.name
+    return record
 
 
 @dataclass
@@ -545,16 +628,7 @@ class Converged:
     def changes(self, header: str) -> Changes:
         """The plan's steps ("p1: replace xdp_count tag ..."); the state lines are what each interface runs before
         and after, and the maps the new version does not share with the old."""
-        changes = Changes(header)
-        for s in self.plan.steps:
-            if s.action == "unchanged":
-                continue
-            changes.add(
-                f"{s.ifname}: {s.action} {s.after or s.before}",
-                key=s.ifname,
-                before=f"{s.ifname}: {s.before}" if s.before else None,
-                after=f"{s.ifname}: {s.after}" if s.action != "detach" else None,
-            )
+        changes = attachment_changes(self.plan.steps, header)
         for name in self.plan.new_maps:
             changes.add(
                 f"replace map {name} (the pinned one no longer fits)",
@@ -564,6 +638,22 @@ class Converged:
         if self.recorded and not self.plan.changed:
             changes.add(record_step(self.state_file))
         return changes
+
+
+def attachment_changes(steps: list[Step], header: str) -> Changes:
+    """The steps that change an attachment ("p1: replace xdp_count tag ..."), with what each attachment runs before
+    and after as the state lines."""
+    changes = Changes(header)
+    for s in steps:
+        if s.action == "unchanged":
+            continue
+        changes.add(
+            f"{s.label}: {s.action} {s.after or s.before}",
+            key=s.label,
+            before=f"{s.label}: {s.before}" if s.before else None,
+            after=f"{s.label}: {s.after}" if s.action != "detach" else None,
+        )
+    return changes
 
 
 def record_step(state_file: str) -> str:
@@ -583,12 +673,13 @@ def converge(
     layouts: tuple[MapLayout, ...] = (),
     replace_foreign: bool = False,
     check_mode: bool = False,
+    tc_program: str | None = None,
 ) -> Converged:
     """Load the object, plan, and (unless check_mode) apply and record: the whole present path of an instance, shared
     by the modules that keep one and by restore. Raises XdpProgramError with a message for the user."""
     check_trusted_paths(paths, object_path)
     try:
-        instance = Instance(paths, object_path, program, mode, constants, layouts)
+        instance = Instance(paths, object_path, program, mode, constants, layouts, tc_program=tc_program)
     except (libbpf.LibbpfError, ValueError) as exc:
         raise XdpProgramError(f"loading {object_path} failed, nothing was changed: {exc}") from exc
     with instance:
@@ -616,20 +707,21 @@ def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> C
     """Detach and unpin everything of an instance and forget it; returns what was (or would be) removed."""
     removed = Changes(f"{label} {paths.name}")
     check_trusted_paths(paths)
-    interfaces = recorded_interfaces(paths)
+    attachments = recorded_attachments(paths)
     had_record = os.path.exists(paths.state_file)
     if had_record and not check_mode:
         # The record goes first: a removal cut short must not come back at the next boot's restore.
         files.remove_durably(paths.state_file)
-    for ifname in interfaces:
-        running = read_running(paths, ifname)
+    for ifname, hook in attachments:
+        running = read_running(paths, ifname, hook)
+        label = Step(ifname, "detach", hook=hook).label
         if running:
-            removed.add(f"{ifname}: detach {running.describe()}", key=ifname, before=f"{ifname}: {running.describe()}")
+            removed.add(f"{label}: detach {running.describe()}", key=label, before=f"{label}: {running.describe()}")
         else:
-            removed.add(f"{ifname}: remove stale pin", key=ifname, before=f"{ifname}: stale pin")
+            removed.add(f"{label}: remove stale pin", key=label, before=f"{label}: stale pin")
         try:
             if not check_mode:
-                detach_link(paths, ifname, running)
+                detach_link(paths, ifname, running, hook)
         finally:
             if running:
                 os.close(running.link_fd)
@@ -639,7 +731,7 @@ def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> C
             removed.add(f"remove map {name}", before=f"map {name}")
             if not check_mode:
                 libbpf.unpin(paths.map_pin(name))
-    for directory in (paths.links_dir, paths.maps_dir, paths.pin_dir):
+    for directory in (paths.links_dir, paths.tc_links_dir, paths.maps_dir, paths.pin_dir):
         if os.path.isdir(directory):
             if not removed.changed:
                 removed.add(f"remove {directory}", before=directory)

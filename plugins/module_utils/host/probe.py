@@ -41,6 +41,35 @@ _XDP_TX_COUNTER = re.compile(r"xdp.*(xmit|tx)|(xmit|tx).*xdp", re.IGNORECASE)
 _XDP_TX_FAILURE = re.compile(r"err|drop|full|fail", re.IGNORECASE)
 
 
+# ---- where XDP runs -----------------------------------------------------------------------------------------
+
+# Drivers whose virtual devices receive what another device's stack already made into skbs: their native XDP runs
+# on those skbs (veth: veth_xdp_rcv_skb), and before an skb only for frames that reach them as XDP frames.
+SKB_FED_DRIVERS = ("veth",)
+
+
+def xdp_before_skb(driver: str | None, mode: str, announces_basic: bool | None = None) -> dict:
+    """Whether XDP in `mode` runs on frames from the wire before the kernel builds an skb, and why: the whole saving
+    of XDP over tc (seed 001). A pure function of the driver, the mode and whether the driver announces native XDP
+    (xdp_features "basic"; None where the kernel does not say).
+
+    when: "always" (native XDP in a driver that runs it on the received buffer), "xdp_frames_only" (veth: frames
+    redirected into it, sent with XDP_TX or as live frames arrive as XDP frames; frames a socket or the stack sends
+    are skbs already) or "never" (generic mode runs after the skb is built; a driver without native XDP has only
+    generic)."""
+    if mode == "generic":
+        return {"when": "never", "why": "generic XDP runs on the skb the kernel has already built (after tc would)"}
+    if driver in SKB_FED_DRIVERS:
+        return {
+            "when": "xdp_frames_only",
+            "why": f"{driver} runs native XDP before an skb only for frames that arrive as XDP frames (redirected, "
+            "XDP_TX, live frames); frames its peer's stack or a socket sends are skbs already",
+        }
+    if announces_basic is False:
+        return {"when": "never", "why": f"driver {driver or 'unknown'} has no native XDP (only generic, on the skb)"}
+    return {"when": "always", "why": f"driver {driver or 'unknown'} runs native XDP on the received buffer"}
+
+
 # ---- the programs ------------------------------------------------------------------------------------------
 
 
@@ -399,6 +428,10 @@ class Probe:
         facts["name"] = name
         facts["xdp_features"] = netdev.xdp_features(facts["ifindex"]) if facts["ifindex"] else None
         facts["xdp"] = self.xdp_state(facts["ifindex"])
+        basic = None if facts["xdp_features"] is None else "basic" in facts["xdp_features"]["flags"]
+        facts["xdp_before_skb"] = {
+            mode: xdp_before_skb(facts.get("driver"), mode, basic) for mode in ("native", "generic")
+        }
         facts["attach_test"] = self.attach_test(name, facts["ifindex"], facts["xdp"]) if attach else None
         facts["live_frames_test"] = self.live_frames_test(name, facts, live_support) if live else None
         rxq = facts["queues"]["rx"]

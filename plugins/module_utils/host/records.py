@@ -12,9 +12,9 @@
 
 Teardown removes every instance through xdp_program.remove (what state=absent of each module does). Restore
 re-applies every instance record through the same code as the modules: xdp_program.converge for a program,
-vtep_deploy.deploy with the recorded document for a VTEP, and router/deploy.deploy with the recorded ports for a
-router. Both are used by modules (xdp_teardown, xdp_restore) and restore also by the host-side boot entry point the
-xdp_host role installs (roles/xdp_host/files/xdpfleet-restore).
+vtep_deploy.deploy with the recorded document for a VTEP, filter/deploy.deploy with the recorded rules for a filter,
+and router/deploy.deploy with the recorded ports for a router. Both are used by modules (xdp_teardown, xdp_restore)
+and restore also by the host-side boot entry point the xdp_host role installs (roles/xdp_host/files/xdpfleet-restore).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes, merged
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as filter_deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy as rd
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
@@ -146,7 +147,7 @@ class RestoreError(RuntimeError):
 @dataclass
 class Restored:
     name: str
-    kind: str  # program, vtep or router
+    kind: str  # program, vtep, filter or router
     changes: list[str] = field(default_factory=list)  # the steps taken
     diff: dict | None = None  # the instance's state before and after
     error: str = ""
@@ -204,6 +205,7 @@ def _restore_program(
             record.get("source"),
             build=build,
             check_mode=check_mode,
+            tc_program=record.get("tc_program"),
         )
     except (xp.XdpProgramError, libbpf.LibbpfError) as exc:
         raise RestoreError(str(exc)) from exc
@@ -241,6 +243,33 @@ def _restore_vtep(
         return [], None
     steps = [f"{ifname}: {action}" for ifname, action in result["program"].items() if action != "unchanged"]
     return result["changes"] + steps, result.get("diff")
+
+
+def _restore_filter(
+    paths: xp.InstancePaths, record: dict, host: HostPaths, check_mode: bool, build_dir: str | None
+) -> tuple[list[str], dict | None]:
+    interfaces = sorted(record["interfaces"])
+    missing = [ifname for ifname in interfaces if not xp.ifindex_of(ifname)]
+    if missing:
+        raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host", transient=True)
+    hook = record["filter"].get("hook", "xdp")
+    try:
+        result = filter_deploy.deploy(
+            paths,
+            record["filter"].get("rules") or [],
+            interfaces,
+            hook,
+            record.get("mode", "native") if hook == "xdp" else "native",
+            host.cache_dir,
+            allow_generic=True,  # it was allowed when the record was written
+            source=record.get("source") or filter_deploy.FILTER_SOURCE,
+            include_dirs=(record.get("build") or {}).get("include_dirs"),
+            check_mode=check_mode,
+            build_dir=build_dir,
+        )
+    except filter_deploy.FilterError as exc:
+        raise RestoreError(str(exc)) from exc
+    return (result["changes"], result.get("diff")) if result["changed"] else ([], None)
 
 
 def _restore_router(
@@ -281,6 +310,9 @@ def _restore_one(
         if "vtep" in record:
             outcome.kind = "vtep"
             done = _restore_vtep(paths, record, host, check_mode, build_dir, neighbour_timeout)
+        elif "filter" in record:
+            outcome.kind = "filter"
+            done = _restore_filter(paths, record, host, check_mode, build_dir)
         elif "router" in record:
             outcome.kind = "router"
             done = _restore_router(paths, record, host, check_mode, build_dir)

@@ -114,20 +114,6 @@ def resolve_peer_macs(config: VtepConfig, ports: dict[str, plan.Port], timeout: 
     return macs
 
 
-def _program_changes(steps: list[xp.Step], header: str) -> Changes:
-    """What the ingress program does on each VTEP port that changes: per port, what ran before and runs after."""
-    out = Changes(header)
-    for s in steps:
-        if s.action != "unchanged":
-            out.add(
-                f"{s.ifname}: {s.action}",
-                key=s.ifname,
-                before=f"{s.ifname}: {s.before}" if s.before else None,
-                after=f"{s.ifname}: {s.after}" if s.action != "detach" else None,
-            )
-    return out
-
-
 def deploy(
     paths: xp.InstancePaths,
     document: dict,
@@ -217,12 +203,12 @@ def deploy(
         result = {
             "changed": changed,
             "changes": config_changes.steps,
-            "program": {s.ifname: s.action for s in attach_plan.steps},
+            "program": {s.label: s.action for s in attach_plan.steps},
             "ansible_facts": {"xdpfleet_vtep": fdb.facts(maps, in_maps, names)},
         }
         if changed:
             shown = Changes(header)
             shown.extend(config_changes)
-            shown.extend(_program_changes(attach_plan.steps, header))
+            shown.extend(xp.attachment_changes(attach_plan.steps, header))
             result["diff"] = shown.diff()
         return result

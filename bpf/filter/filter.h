@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * filter.h: the packet filter's rule-matching core, shared by its XDP and its tc program (filter.c), so that the
+ * same compiled rules run at either hook.
+ *
+ * A rule matches on address family, IPv4/IPv6 source and destination prefixes (address & mask == network, the
+ * masks computed by user space), IP protocol and source/destination port ranges. Rules are tried in order and the
+ * first match wins; its per-CPU counters count the frame, and its action says drop or pass. A frame no rule
+ * matches passes, counted in filter_unmatched by reason.
+ *
+ * Why a rule table and not LPM tries: first-match-wins over several fields at once is an ordered list; tries
+ * answer one field each (longest prefix), and combining their answers into "the first rule matching all fields"
+ * costs a bitmap per trie entry and an AND per frame. The rule lists an inventory declares are short (at most
+ * FILTER_MAX_RULES), so a linear walk over array entries (lookups the verifier inlines) is the simple fast path.
+ *
+ * Changing rules without a reload, and without a frame seeing half a change:
+ *   filter_rules[slot]     one rule; a slot is written only while no order refers to it
+ *   filter_counters[slot]  its per-CPU packets/bytes: a rule that stays keeps its slot, so its counts
+ *   filter_order[gen]      the slots in rule order; two generations
+ *   filter_active[0]       the generation in use: user space writes the other one, then flips this word
+ * So a change writes the new or changed rules into free slots (counters zeroed), the new order into the idle
+ * generation, and one word to switch; unchanged rules are not written.
+ *
+ * Parsing: up to two VLAN tags (at tc the kernel has already moved the outer tag into the skb, so the frame starts
+ * with the inner type or the second tag), IPv4 with options, IPv6 with up to FILTER_MAX_EXT_HEADERS extension
+ * headers. A non-first fragment (IPv4 offset != 0, or an IPv6 fragment header with offset != 0) has no ports:
+ * a rule with ports never matches it; rules without ports (addresses, protocol) do. A first fragment carries the
+ * ports and matches as a whole packet would, so dropping it leaves the rest of the datagram unassemblable.
+ */
+#ifndef XDPFLEET_FILTER_H
+#define XDPFLEET_FILTER_H
+
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "xdpfleet_parse.h"
+#include "filter_abi.h"
+
+#define FILTER_ADDR_WORDS 4 /* an IPv6 address in 32-bit words; an IPv4 address is word 0, the rest zero */
+
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_AUTH 51
+#define NEXTHDR_DEST 60
+#define IP6_FRAG_OFFSET 0xfff8 /* frag_off in host order: the offset, in 8-byte units shifted left by 3 */
+
+struct filter_rule {
+	__u32 src[FILTER_ADDR_WORDS]; /* network order, already masked */
+	__u32 src_mask[FILTER_ADDR_WORDS];
+	__u32 dst[FILTER_ADDR_WORDS];
+	__u32 dst_mask[FILTER_ADDR_WORDS];
+	__u16 sport_lo; /* host order, inclusive */
+	__u16 sport_hi;
+	__u16 dport_lo;
+	__u16 dport_hi;
+	__u8 proto; /* 0: any */
+	__u8 flags; /* enum filter_rule_flag */
+	__u8 action; /* enum filter_action */
+	__u8 pad;
+	__u8 name[FILTER_NAME_LEN]; /* for user space: a deployed filter's maps say which rule is which */
+};
+
+struct filter_order {
+	__u32 count;
+	__u16 slot[FILTER_MAX_RULES];
+	__u16 pad;
+};
+
+struct filter_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* What a frame is matched on. flags: its family (RULE_IPV4 or RULE_IPV6), and RULE_PORTS when the ports are known. */
+struct filter_key {
+	__u32 src[FILTER_ADDR_WORDS];
+	__u32 dst[FILTER_ADDR_WORDS];
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 flags;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FILTER_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct filter_rule);
+} filter_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FILTER_GENERATIONS);
+	__type(key, __u32);
+	__type(value, struct filter_order);
+} filter_order SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} filter_active SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FILTER_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct filter_counter);
+} filter_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, UNMATCHED_REASONS);
+	__type(key, __u32);
+	__type(value, struct filter_counter);
+} filter_unmatched SEC(".maps");
+
+static __always_inline void filter_count(void *counters, __u32 index, __u64 len)
+{
+	struct filter_counter *c = bpf_map_lookup_elem(counters, &index);
+
+	if (c) { /* per-CPU: no other CPU writes it */
+		c->packets++;
+		c->bytes += len;
+	}
+}
+
+/* Ports of a TCP or UDP header at pos (both start with them); sets RULE_PORTS when they are in the frame. */
+static __always_inline void filter_ports(struct filter_key *key, void *pos, void *data_end)
+{
+	__be16 *ports = pos;
+
+	if (key->proto != IPPROTO_TCP && key->proto != IPPROTO_UDP)
+		return;
+	if ((void *)(ports + 2) > data_end)
+		return;
+	key->sport = bpf_ntohs(ports[0]);
+	key->dport = bpf_ntohs(ports[1]);
+	key->flags |= RULE_PORTS;
+}
+
+/* Walk IPv6 extension headers to the upper-layer protocol; returns 0, or 1 for a non-first fragment (no ports). */
+static __always_inline int filter_ipv6_ext(struct filter_key *key, struct xf_cursor *cur, void *data_end)
+{
+	int i;
+
+#pragma unroll
+	for (i = 0; i < FILTER_MAX_EXT_HEADERS; i++) {
+		__u8 *ext = cur->pos;
+		__u32 len;
+
+		if (key->proto != NEXTHDR_HOP && key->proto != NEXTHDR_ROUTING && key->proto != NEXTHDR_DEST &&
+		    key->proto != NEXTHDR_FRAGMENT && key->proto != NEXTHDR_AUTH)
+			return 0;
+		if ((void *)(ext + 8) > data_end)
+			return 1; /* the upper-layer header is not in the frame: no ports */
+		if (key->proto == NEXTHDR_FRAGMENT) {
+			key->proto = ext[0];
+			cur->pos = ext + 8;
+			if (bpf_ntohs(*(__be16 *)(ext + 2)) & IP6_FRAG_OFFSET)
+				return 1;
+			continue;
+		}
+		len = key->proto == NEXTHDR_AUTH ? ((__u32)ext[1] + 2) * 4 : ((__u32)ext[1] + 1) * 8;
+		key->proto = ext[0];
+		cur->pos = ext + len;
+	}
+	return 0;
+}
+
+/*
+ * Parse a frame into key. Returns -1 when rules cannot match it, with *reason the enum filter_unmatched number.
+ */
+static __always_inline int filter_parse(struct filter_key *key, void *data, void *data_end, __u32 *reason)
+{
+	struct xf_cursor cur = {.pos = data};
+	struct ethhdr *eth;
+	int proto;
+
+	proto = xf_parse_ethhdr(&cur, data_end, &eth, NULL);
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *iph;
+
+		if (xf_parse_iphdr(&cur, data_end, &iph) < 0)
+			goto malformed;
+		key->flags = RULE_IPV4;
+		key->proto = iph->protocol;
+		key->src[0] = iph->saddr;
+		key->dst[0] = iph->daddr;
+		if (!(bpf_ntohs(iph->frag_off) & XF_IP_OFFSET))
+			filter_ports(key, cur.pos, data_end);
+		return 0;
+	}
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6h;
+		int i;
+
+		if (xf_parse_ip6hdr(&cur, data_end, &ip6h) < 0)
+			goto malformed;
+		key->flags = RULE_IPV6;
+		key->proto = ip6h->nexthdr;
+#pragma unroll
+		for (i = 0; i < FILTER_ADDR_WORDS; i++) {
+			key->src[i] = ip6h->saddr.in6_u.u6_addr32[i];
+			key->dst[i] = ip6h->daddr.in6_u.u6_addr32[i];
+		}
+		if (!filter_ipv6_ext(key, &cur, data_end))
+			filter_ports(key, cur.pos, data_end);
+		return 0;
+	}
+	*reason = UNMATCHED_NOT_IP;
+	return -1;
+malformed:
+	*reason = UNMATCHED_MALFORMED;
+	return -1;
+}
+
+static __always_inline int filter_addr_match(const __u32 *addr, const __u32 *net, const __u32 *mask)
+{
+	return ((addr[0] & mask[0]) == net[0]) & ((addr[1] & mask[1]) == net[1]) & ((addr[2] & mask[2]) == net[2]) &
+	       ((addr[3] & mask[3]) == net[3]);
+}
+
+static __always_inline int filter_rule_match(const struct filter_rule *r, const struct filter_key *k)
+{
+	if (!(r->flags & k->flags & (RULE_IPV4 | RULE_IPV6)))
+		return 0;
+	if (r->proto && r->proto != k->proto)
+		return 0;
+	if (r->flags & RULE_PORTS) {
+		if (!(k->flags & RULE_PORTS))
+			return 0;
+		if (k->sport < r->sport_lo || k->sport > r->sport_hi || k->dport < r->dport_lo || k->dport > r->dport_hi)
+			return 0;
+	}
+	return filter_addr_match(k->src, r->src, r->src_mask) && filter_addr_match(k->dst, r->dst, r->dst_mask);
+}
+
+/*
+ * The whole filter over one frame: parse, walk the rules of the active order, count. len is what the counters add
+ * as bytes (the frame's full length; at tc data..data_end may be only the skb's linear part). Returns FILTER_DROP
+ * or FILTER_COUNT (pass).
+ */
+static __always_inline int filter_frame(void *data, void *data_end, __u64 len)
+{
+	struct filter_key key = {};
+	struct filter_order *order;
+	__u32 zero = 0, reason = UNMATCHED_NO_RULE;
+	__u32 *gen, i;
+
+	if (filter_parse(&key, data, data_end, &reason) < 0)
+		goto unmatched;
+	gen = bpf_map_lookup_elem(&filter_active, &zero);
+	if (!gen)
+		goto unmatched;
+	order = bpf_map_lookup_elem(&filter_order, gen);
+	if (!order)
+		goto unmatched;
+	for (i = 0; i < FILTER_MAX_RULES; i++) {
+		struct filter_rule *rule;
+		__u32 slot;
+
+		if (i >= order->count)
+			break;
+		slot = order->slot[i];
+		rule = bpf_map_lookup_elem(&filter_rules, &slot);
+		if (!rule)
+			break;
+		if (filter_rule_match(rule, &key)) {
+			filter_count(&filter_counters, slot, len);
+			return rule->action == FILTER_DROP ? FILTER_DROP : FILTER_COUNT;
+		}
+	}
+unmatched:
+	filter_count(&filter_unmatched, reason, len);
+	return FILTER_COUNT;
+}
+
+#endif /* XDPFLEET_FILTER_H */

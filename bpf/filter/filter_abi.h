@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+
+/*
+ * Generated from plugins/module_utils/filter/abi.py by `make abi`: edit that file, not this one (tests/unit/test_abi.py
+ * fails when the two differ). The packet filter's limits and enums, shared by the data plane and user space.
+ */
+
+#ifndef XDPFLEET_FILTER_ABI_H
+#define XDPFLEET_FILTER_ABI_H
+
+#include <linux/types.h>
+
+/* Sizes: the maps are sized by them, and a rule list is validated against them. */
+enum filter_limits {
+	/* rules of one filter: the slots of filter_rules and filter_counters, and the length of an order */
+	FILTER_MAX_RULES = 128,
+	/* filter_order holds two orders: user space writes the one not in use, then switches filter_active to it */
+	FILTER_GENERATIONS = 2,
+	FILTER_NAME_LEN = 32, /* bytes of a rule's name in filter_rules, the terminating NUL included */
+	FILTER_MAX_EXT_HEADERS = 4, /* IPv6 extension headers walked to find the upper-layer protocol */
+	/* at tc, a frame whose headers are not all in the skb's linear part is pulled up to this many bytes */
+	FILTER_PULL_BYTES = 128,
+};
+
+/* filter_rule.action: what a frame that matches the rule gets (after the rule's counters count it). */
+enum filter_action {
+	FILTER_COUNT = 0, /* count and pass on */
+	FILTER_DROP = 1, /* count and drop */
+};
+
+/* filter_rule.flags. */
+enum filter_rule_flag {
+	RULE_IPV4 = 1, /* matches IPv4 packets */
+	RULE_IPV6 = 2, /* matches IPv6 packets */
+	/*
+	 * has a port range: matches only packets whose ports are known (not a non-first fragment, not a truncated
+	 * TCP/UDP header)
+	 */
+	RULE_PORTS = 4,
+};
+
+/* Frames no rule matched, by reason: filter_unmatched[reason]. They all pass. */
+enum filter_unmatched {
+	UNMATCHED_NO_RULE = 0, /* an IPv4 or IPv6 packet that no rule matched */
+	UNMATCHED_NOT_IP = 1, /* neither IPv4 nor IPv6 (ARP, more than two VLAN tags, ...): rules match IP only */
+	UNMATCHED_MALFORMED = 2, /* an IP header cut short or with a bad version or length */
+	UNMATCHED_REASONS = 3,
+};
+
+/*
+ * Every enum above as a member, so that each reaches the object's BTF, where user space compares it with
+ * plugins/module_utils/filter/abi.py. Nothing reads the variable; its section is not one that libbpf loads, so it costs
+ * no map and no instruction.
+ */
+struct filter_abi {
+	enum filter_limits filter_limits;
+	enum filter_action filter_action;
+	enum filter_rule_flag filter_rule_flag;
+	enum filter_unmatched filter_unmatched;
+};
+static const struct filter_abi filter_abi __attribute__((section(".xdpfleet_abi"), used));
+
+#endif /* XDPFLEET_FILTER_ABI_H */

@@ -1,0 +1,338 @@
+"""The packet filter (bpf/filter) against the real kernel: the same rules, written once into one object's maps, run
+by its XDP and its tc program; what each drops and counts, frame by frame (BPF_PROG_RUN), and through real
+attachments on a veth pair (native XDP, tcx) where the kernel's own receive path (VLAN untagging at tc) matters;
+then rule changes that write only the difference into the maps of a running filter."""
+
+import os
+import socket
+
+import pytest
+from scapy.layers.inet import ICMP, IP, TCP, UDP
+from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment
+from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
+from vtep_netns import REPO, netns, sh
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import layouts, rules, writer
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="BPF and namespaces need root")
+
+PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
+XDP_DROP, XDP_PASS = 1, 2
+TC_ACT_SHOT, TC_ACT_UNSPEC = 2, 0xFFFFFFFF  # prog_test_run reports the u32
+BPF_TCX_INGRESS = 46
+VERDICTS = {"xdp": {"drop": XDP_DROP, "pass": XDP_PASS}, "tc": {"drop": TC_ACT_SHOT, "pass": TC_ACT_UNSPEC}}
+
+RULES = [
+    {"name": "udp-9999", "action": "drop", "protocol": "udp", "dst_port": 9999},
+    {"name": "vxlan", "action": "count", "protocol": "udp", "dst_port": 4789},
+    {"name": "tcp-range", "action": "drop", "src": "198.51.100.64/27", "protocol": "tcp", "dst_port": "1000-1999"},
+    {"name": "v6-net", "action": "drop", "dst": "2001:db8:1::/48", "protocol": "udp"},
+    {"name": "icmp", "action": "count", "protocol": "icmp"},
+    {"name": "host-99", "action": "drop", "dst": "198.51.100.99"},
+    {"name": "sport-range", "action": "count", "family": "ipv6", "protocol": "tcp", "src_port": "5000-5009"},
+]
+MAC = {"src": "02:00:00:00:00:01", "dst": "02:00:00:00:00:02"}
+
+
+def v4(**fields):
+    return Ether(**MAC) / IP(src=fields.pop("src", "198.51.100.10"), dst=fields.pop("dst", "198.51.100.20"), **fields)
+
+
+def v6(**fields):
+    return Ether(**MAC) / IPv6(src=fields.pop("src", "2001:db8::10"), dst=fields.pop("dst", "2001:db8::20"), **fields)
+
+
+def udp(dport, sport=40000):
+    return UDP(sport=sport, dport=dport) / (b"x" * 18)
+
+
+# (label, frame, the rule that matches it or the unmatched reason, verdict)
+FRAMES = [
+    ("udp 9999", v4() / udp(9999), "udp-9999", "drop"),
+    ("udp 4789 counted", v4() / udp(4789), "vxlan", "pass"),
+    ("udp other port", v4() / udp(53), "no_rule", "pass"),
+    ("tcp in prefix and range", v4(src="198.51.100.70") / TCP(dport=1500), "tcp-range", "drop"),
+    ("tcp range upper end", v4(src="198.51.100.95") / TCP(dport=1999), "tcp-range", "drop"),
+    ("tcp past the range", v4(src="198.51.100.70") / TCP(dport=2000), "no_rule", "pass"),
+    ("tcp outside the prefix", v4(src="198.51.100.96") / TCP(dport=1500), "no_rule", "pass"),
+    ("udp 1500 is not tcp", v4(src="198.51.100.70") / udp(1500), "no_rule", "pass"),
+    ("ipv6 udp into the prefix", v6(dst="2001:db8:1:ff::5") / udp(53), "v6-net", "drop"),
+    ("ipv6 udp outside it", v6(dst="2001:db8:2::5") / udp(53), "no_rule", "pass"),
+    ("ipv6 udp 9999: a rule without family matches both", v6() / udp(9999), "udp-9999", "drop"),
+    ("ipv6 tcp source port range", v6() / TCP(sport=5004, dport=80), "sport-range", "pass"),
+    ("ipv4 tcp source port range: rule is ipv6 only", v4() / TCP(sport=5004, dport=80), "no_rule", "pass"),
+    ("icmp", v4() / ICMP(), "icmp", "pass"),
+    ("address-only rule", v4(dst="198.51.100.99") / udp(53), "host-99", "drop"),
+    ("ipv4 options", v4(options=b"\x94\x04\x00\x00") / udp(9999), "udp-9999", "drop"),
+    ("802.1Q tag", Ether(**MAC) / Dot1Q(vlan=10) / IP(dst="198.51.100.20") / udp(9999), "udp-9999", "drop"),
+    (
+        "802.1ad + 802.1Q tags",
+        Ether(**MAC) / Dot1AD(vlan=20) / Dot1Q(vlan=10) / IP(dst="198.51.100.20") / udp(9999),
+        "udp-9999",
+        "drop",
+    ),
+    ("first fragment has the ports", v4(flags="MF") / udp(9999), "udp-9999", "drop"),
+    # A non-first fragment carries no ports: a rule with ports cannot match it, one without ports can.
+    ("non-first fragment: no ports", v4(frag=185) / (b"\0\0\x27\x0f" + b"x" * 20), "no_rule", "pass"),
+    ("non-first fragment, address rule", v4(dst="198.51.100.99", frag=185) / (b"x" * 24), "host-99", "drop"),
+    ("ipv6 first fragment", v6() / IPv6ExtHdrFragment(offset=0, m=1) / udp(9999), "udp-9999", "drop"),
+    (
+        "ipv6 non-first fragment",
+        v6() / IPv6ExtHdrFragment(offset=10, nh=17) / (b"\0\0\x27\x0f" + b"x" * 20),
+        "no_rule",
+        "pass",
+    ),
+    ("arp", Ether(**MAC) / ARP(), "not_ip", "pass"),
+    # IHL 15 says 60 bytes of header, the frame ends after 20.
+    ("ipv4 header cut short", Ether(**MAC, type=0x0800) / (b"\x4f" + b"\0" * 19), "malformed", "pass"),
+]
+
+
+@pytest.fixture(scope="module")
+def object_path(tmp_path_factory) -> str:
+    path, _ = bpf_build.compile_object(
+        str(REPO / "bpf" / "filter" / "filter.c"),
+        str(tmp_path_factory.mktemp("bpfcache")),
+        [str(REPO / "bpf" / "include")],
+    )
+    return path
+
+
+class Filter:
+    """One loaded object: both programs over one set of maps."""
+
+    def __init__(self, object_path: str):
+        self.obj = libbpf.BpfObject(object_path)
+        for layout in layouts.LAYOUTS.values():
+            layout.check_object(self.obj)
+        self.obj.load()
+        self.maps = writer.typed({name: self.obj.map(name) for name in layouts.MAP_NAMES})
+
+    def program(self, hook: str) -> libbpf.Program:
+        return self.obj.program(layouts.PROGRAMS[hook])
+
+    def set_rules(self, items: list) -> writer.Update:
+        update = writer.plan(writer.read(self.maps), rules.validate(items), "filter")
+        writer.apply(self.maps, update)
+        return update
+
+    def counts(self) -> dict[str, int]:
+        """Packets per rule name and per unmatched reason."""
+        counters = writer.counters(self.maps)
+        out = {rule["name"]: rule["packets"] for rule in counters["rules"]}
+        out.update({reason: c["packets"] for reason, c in counters["unmatched"].items()})
+        return out
+
+    def close(self) -> None:
+        self.obj.close()
+
+
+@pytest.fixture
+def loaded(object_path):
+    f = Filter(object_path)
+    try:
+        f.set_rules(RULES)
+        yield f
+    finally:
+        f.close()
+
+
+def delta(before: dict, after: dict) -> dict:
+    return {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_each_frame_meets_the_rule_it_should_at_both_hooks(loaded, hook):
+    fd = loaded.program(hook).fd
+    wrong = []
+    for label, frame, counted, verdict in FRAMES:
+        before = loaded.counts()
+        got = libbpf.prog_test_run(fd, bytes(frame)).retval
+        moved = delta(before, loaded.counts())
+        if got != VERDICTS[hook][verdict] or moved != {counted: 1}:
+            wrong.append(f"{label}: verdict {got}, counters moved {moved}; expected {verdict}, {counted} +1")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_counters_count_bytes_of_the_whole_frame(loaded):
+    frame = bytes(v4() / udp(4789))
+    for hook in ("xdp", "tc"):
+        libbpf.prog_test_run(loaded.program(hook).fd, frame)
+    [vxlan] = [r for r in writer.counters(loaded.maps)["rules"] if r["name"] == "vxlan"]
+    assert (vxlan["packets"], vxlan["bytes"]) == (2, 2 * len(frame))
+
+
+def test_no_rules_passes_everything_counted_as_unmatched(object_path):
+    f = Filter(object_path)
+    try:
+        for hook in ("xdp", "tc"):
+            assert libbpf.prog_test_run(f.program(hook).fd, bytes(v4() / udp(9999))).retval == VERDICTS[hook]["pass"]
+        assert f.counts() == {"no_rule": 2, "not_ip": 0, "malformed": 0}
+    finally:
+        f.close()
+
+
+def test_a_rule_change_writes_only_that_rule_and_keeps_the_others_counters(loaded):
+    xdp = loaded.program("xdp").fd
+    for _ in range(3):
+        libbpf.prog_test_run(xdp, bytes(v4() / udp(9999)))
+        libbpf.prog_test_run(xdp, bytes(v4() / udp(4789)))
+    slots_before = {i.name: (i.slot, bytes(i.value)) for i in writer.read(loaded.maps).rules}
+    changed = [dict(r, dst_port=4790) if r["name"] == "vxlan" else r for r in RULES]
+    changed.insert(0, {"name": "new-first", "action": "count", "protocol": "udp", "dst_port": 53})
+    changed = [r for r in changed if r["name"] != "icmp"]
+
+    update = loaded.set_rules(changed)
+
+    assert sorted(update.changes.steps) == sorted(
+        [
+            "add rule new-first: count udp to any port 53",
+            "change rule vxlan: count udp to any port 4789 -> vxlan: count udp to any port 4790",
+            "remove rule icmp: count icmp",
+        ]
+    )
+    assert len(update.writes) == 2  # the two new rules' slots, nothing else
+    after = {i.name: (i.slot, bytes(i.value)) for i in writer.read(loaded.maps).rules}
+    assert [i.name for i in writer.read(loaded.maps).rules] == [r["name"] for r in changed]
+    for name in ("udp-9999", "tcp-range", "v6-net", "host-99", "sport-range"):
+        assert after[name] == slots_before[name], name
+    counts = loaded.counts()
+    assert (counts["udp-9999"], counts["vxlan"], counts["new-first"]) == (3, 0, 0)
+    assert libbpf.prog_test_run(xdp, bytes(v4() / udp(53))).retval == XDP_PASS
+    assert loaded.counts()["new-first"] == 1
+
+    again = loaded.set_rules(changed)
+    assert not again.changed and not again.writes
+
+
+def test_rules_that_need_more_free_slots_than_there_are_are_refused_before_any_write(loaded):
+    loaded.set_rules([])
+    many = [{"name": f"r{n}", "action": "count", "protocol": "udp", "dst_port": n} for n in range(128)]
+    loaded.set_rules(many)
+    generation = writer.read(loaded.maps).generation
+    shifted = [dict(r, dst_port=r["dst_port"] + 1) for r in many]
+    with pytest.raises(writer.DoesNotFit, match="change fewer rules at a time"):
+        writer.plan(writer.read(loaded.maps), rules.validate(shifted), "filter")
+    assert writer.read(loaded.maps).generation == generation
+
+
+# --- Real attachments on a veth pair ------------------------------------------------------------------------------
+
+
+class Veth:
+    """A veth pair in namespace <prefix>-flt-<pid>: frames sent from a packet socket on `tx` arrive on `rx`, where
+    the filter runs (as skbs: veth hands a socket's frames to XDP through veth_xdp_rcv_skb)."""
+
+    def __init__(self):
+        self.ns = f"{PREFIX}-flt-{os.getpid()}"
+        sh("ip", "netns", "add", self.ns)
+        sh("ip", "-n", self.ns, "link", "add", "ftx", "type", "veth", "peer", "name", "frx")
+        for end in ("ftx", "frx"):
+            sh("ip", "-n", self.ns, "link", "set", end, "up")
+        with netns(self.ns):
+            self.rx_ifindex = socket.if_nametoindex("frx")
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+            self.sock.bind(("ftx", 0))
+
+    def attach(self, filt: Filter, hook: str) -> int:
+        """A bpf_link of the hook's program on rx: native XDP, or tcx ingress."""
+        with netns(self.ns):
+            if hook == "xdp":
+                return libbpf.xdp_link_create(filt.program("xdp").fd, self.rx_ifindex, "native")
+            return libbpf._check(
+                "bpf_link_create(tcx)",
+                libbpf.lib().bpf_link_create(filt.program("tc").fd, self.rx_ifindex, BPF_TCX_INGRESS, None),
+            )
+
+    def send(self, frames) -> None:
+        for frame in frames:
+            self.sock.send(bytes(frame))
+
+    def close(self) -> None:
+        self.sock.close()
+        sh("ip", "netns", "del", self.ns)
+
+
+@pytest.fixture(scope="module")
+def veth():
+    pair = Veth()
+    try:
+        yield pair
+    finally:
+        pair.close()
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_attached_filter_counts_what_the_wire_brings_tagged_or_not(veth, loaded, hook):
+    """Through the real receive path: at tc the kernel has moved an 802.1Q tag out of the frame (into the skb)
+    before the program runs, at XDP it is still inline; the rule matches the packet inside either way."""
+    sent = [
+        v4() / udp(9999),
+        Ether(**MAC) / Dot1Q(vlan=10) / IP(src="198.51.100.10", dst="198.51.100.20") / udp(9999),
+        v4() / udp(4789),
+        Ether(**MAC) / Dot1Q(vlan=10) / IP(src="198.51.100.10", dst="198.51.100.20") / udp(4789),
+        v6(dst="2001:db8:1::1") / udp(7),
+        v4(frag=185) / (b"\0\0\x27\x0f" + b"x" * 20),
+    ]
+    link = veth.attach(loaded, hook)
+    try:
+        before = loaded.counts()
+        veth.send(sent)
+        moved = delta(before, loaded.counts())
+    finally:
+        os.close(link)
+    # The kernel may send IPv6 neighbour/router traffic of its own on the new link: only count ours.
+    assert {k: moved.get(k, 0) for k in ("udp-9999", "vxlan", "v6-net")} == {"udp-9999": 2, "vxlan": 2, "v6-net": 1}
+    assert moved.get("no_rule", 0) >= 1  # the fragment
+
+
+# --- The module's path: deploy() through program.py -----------------------------------------------------------------
+
+
+def test_deploy_changes_rules_in_place_keeping_program_and_counters(veth, tmp_path):
+    """What xdp_filter does on a host: a re-run changes nothing, check mode only says, and a rules change is written
+    into the running filter's maps: same program id, the kept rule's counters go on."""
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as fd
+
+    paths = xp.InstancePaths("xk-filter", f"/sys/fs/bpf/{PREFIX}-flt-{os.getpid()}", str(tmp_path / "state"))
+    first = [RULES[0], RULES[1]]
+    second = [RULES[0], dict(RULES[1], dst_port=4790), RULES[4]]
+
+    def run(items, check_mode=False):
+        with netns(veth.ns):
+            return fd.deploy(
+                paths, items, ["frx"], "xdp", "native", str(tmp_path / "cache"),
+                source=str(REPO / "bpf" / "filter" / "filter.c"), include_dirs=[str(REPO / "bpf" / "include")],
+                check_mode=check_mode, build_dir=str(tmp_path / "build"),
+            )  # fmt: skip
+
+    try:
+        created = run(first)
+        assert created["changed"] and created["program"] == {"frx": "attach"}
+        veth.send([v4() / udp(9999)] * 3)
+        assert not run(first)["changed"]
+        checked = run(second, check_mode=True)
+        assert checked["changed"] and checked["program"] == {"frx": "unchanged"}
+        assert {r["name"] for r in checked["ansible_facts"]["xdpfleet_filter"]["rules"]} == {"udp-9999", "vxlan"}
+
+        changed = run(second)
+
+        assert changed["program_id"] == created["program_id"] and changed["program"] == {"frx": "unchanged"}
+        assert changed["changes"] == [
+            "change rule vxlan: count udp to any port 4789 -> vxlan: count udp to any port 4790",
+            "add rule icmp: count icmp",
+        ]
+        assert changed["diff"]["before"] == "vxlan: count udp to any port 4789\n"
+        assert changed["diff"]["after"] == "vxlan: count udp to any port 4790\nicmp: count icmp\n"
+        facts = changed["ansible_facts"]["xdpfleet_filter"]
+        assert [(r["name"], r["packets"]) for r in facts["rules"]] == [("udp-9999", 3), ("vxlan", 0), ("icmp", 0)]
+        with netns(veth.ns):
+            assert libbpf.xdp_query(veth.rx_ifindex).prog_id == created["program_id"]
+        assert xp.load_state(paths)["filter"] == {"rules": second, "hook": "xdp"}
+        assert fd.read_counters(paths)["rules"] == facts["rules"]
+    finally:
+        with netns(veth.ns):
+            xp.remove(paths, check_mode=False)
