@@ -40,7 +40,11 @@ def fabric(lab):
         [{"xdpfleet.fabric.xdp_filter": {"interfaces": ["ul-l"], "hook": "tc", "rules": FILTER_RULES}}], hosts="a"
     )
     assert filtered.rc == 0, filtered
-    router = lab.run_tasks([{"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_router"}}], hosts="a")
+    router_role = [{"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_router"}}]
+    checked = lab.run_tasks(router_role, hosts="a", check=True, diff=True)  # the router's check mode and --diff
+    assert checked.rc == 0 and checked.changed("a") == 1 and "+port p1 (ifindex " in checked.stdout, checked
+    assert not {"p1", "p2"} & xdp_ports(lab, "a"), "check mode attaches nothing"
+    router = lab.run_tasks(router_role, hosts="a")
     assert router.rc == 0, router
     try:
         yield lab, ports(lab.prefix, ["a100", "b100", "c100"])
