@@ -21,7 +21,7 @@ KEEP_LAB ?= 0
 
 # Debian packages the lab, the tests and the XDP toolchain need on this machine.
 APT_PACKAGES := clang llvm libbpf-dev bpftool openssh-server iproute2 ethtool python3-venv make procps \
-	tcpdump ca-certificates iputils-ping xdp-tools
+	tcpdump ca-certificates iputils-ping xdp-tools nftables
 
 # The venv is rebuilt when pyproject.toml changes: its hash is part of the stamp's name.
 PYPROJECT_HASH := $(shell sha256sum $(CURDIR)/pyproject.toml | cut -c1-16)
@@ -32,7 +32,7 @@ export PATH := $(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help deps apt-deps lint sanity build lab-down need-root test unit fuzz demo clean abi
-.PHONY: bench bench-vtep bench-trafficgen bench-filter scale
+.PHONY: bench bench-vtep bench-trafficgen bench-filter bench-router scale
 
 help:
 	@echo "make demo      lab up, site.yml, print the report, lab down (KEEP_LAB=1 keeps the lab)"
@@ -47,7 +47,7 @@ help:
 	@echo "make lab-down  tear down the default lab"
 	@echo "make clean     remove .build and reports"
 	@echo "make scale     the fleet tests (tests/scale) with SCALE_VTEPS (default 12) XDP VTEPs, timed; not in make test"
-	@echo "make bench     run the benchmarks (bench-vtep, bench-trafficgen, bench-filter; BENCH_ARGS=\"--seconds 5 --rounds 3\" passes options)"
+	@echo "make bench     run the benchmarks (bench-vtep, bench-trafficgen, bench-filter, bench-router; BENCH_ARGS=\"--seconds 5 --rounds 3\" passes options)"
 
 deps: apt-deps $(VENV_STAMP)
 
@@ -166,7 +166,7 @@ clean:
 
 # Benchmarks print tables of ratios from one run (needs root, 2 CPUs); not part of `make test`.
 BENCH_ARGS ?=
-bench: bench-vtep bench-trafficgen bench-filter
+bench: bench-vtep bench-trafficgen bench-filter bench-router
 
 bench-vtep: deps
 	$(BIN)/python $(CURDIR)/tests/bench/bench_vtep.py $(BENCH_ARGS)
@@ -176,3 +176,7 @@ bench-trafficgen: deps
 
 bench-filter: deps
 	$(BIN)/python $(CURDIR)/tests/bench/bench_filter.py $(BENCH_ARGS)
+
+# xdp-tools' xdp-forward as the reference, when XDPFLEET_XDP_FORWARD names one built outside the project (DESIGN.md).
+bench-router: deps
+	$(BIN)/python $(CURDIR)/tests/bench/bench_router.py $(BENCH_ARGS)

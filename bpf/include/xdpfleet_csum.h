@@ -10,6 +10,7 @@
  * xf_csum_replace2  incremental update (RFC 1624, eqn. 3) for a 16-bit field
  * xf_csum_replace4  same for a 32-bit field (an IPv4 address)
  * xf_udp_csum_replace4  as above, keeping UDP's "0 = no checksum" rule
+ * xf_ipv4_decrement_ttl  TTL - 1 with the header checksum updated to match
  */
 #ifndef XDPFLEET_CSUM_H
 #define XDPFLEET_CSUM_H
@@ -116,6 +117,19 @@ static __always_inline void xf_udp_csum_replace2(__sum16 *sum, __be16 from, __be
 	xf_csum_replace2(sum, from, to);
 	if (*sum == 0)
 		*sum = (__sum16)0xffff;
+}
+
+/*
+ * A forwarded IPv4 header's TTL - 1 (the caller checked TTL > 1). The TTL shares a 16-bit word with the
+ * protocol, so the checksum is updated for that word.
+ */
+static __always_inline void xf_ipv4_decrement_ttl(struct iphdr *iph)
+{
+	__be16 *ttl_word = (__be16 *)&iph->ttl;
+	__be16 before = *ttl_word;
+
+	iph->ttl--;
+	xf_csum_replace2(&iph->check, before, *ttl_word);
 }
 
 #endif /* XDPFLEET_CSUM_H */

@@ -19,6 +19,8 @@ description:
   - A VTEP (M(xdpfleet.fabric.vtep)) is given its recorded document again. It goes through the same validation,
     compile, map difference and attach as the vtep module. Peer next-hop MACs that the document does not give
     are asked from the neighbour table again.
+  - A router (M(xdpfleet.fabric.xdp_router)) is deployed on its recorded ports again, devmap included, through the
+    same checks, compile and attach as the xdp_router module.
   - Idempotent. An instance that runs as recorded is left alone, and a run on a host where everything runs reports
     C(changed=false).
   - Each instance is restored on its own. If one cannot come back (its interface is gone, its source was
@@ -75,8 +77,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 instances:
-  description: Per instance, its kind (C(program) or C(vtep)), whether it changed, what changed, and an error when it
-    could not be restored.
+  description: Per instance, its kind (C(program), C(vtep) or C(router)), whether it changed, what changed, and an
+    error when it could not be restored.
   returned: always
   type: dict
   sample:

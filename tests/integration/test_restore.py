@@ -40,6 +40,12 @@ def fabric(lab):
         [{"xdpfleet.fabric.xdp_filter": {"interfaces": ["ul-l"], "hook": "tc", "rules": FILTER_RULES}}], hosts="a"
     )
     assert filtered.rc == 0, filtered
+    router_role = [{"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_router"}}]
+    checked = lab.run_tasks(router_role, hosts="a", check=True, diff=True)  # the router's check mode and --diff
+    assert checked.rc == 0 and checked.changed("a") == 1 and "+port p1 (ifindex " in checked.stdout, checked
+    assert not {"p1", "p2"} & xdp_ports(lab, "a"), "check mode attaches nothing"
+    router = lab.run_tasks(router_role, hosts="a")
+    assert router.rc == 0, router
     try:
         yield lab, ports(lab.prefix, ["a100", "b100", "c100"])
     finally:
@@ -84,9 +90,11 @@ def test_restore_after_restarting_a_host_brings_bum_delivery_back(fabric):
     assert (
         filter_report["kind"] == "filter" and "add rule vxlan: count udp to any port 4789" in filter_report["changes"]
     )
+    router = restored.result(task="restore", host="a")["instances"]["router"]
+    assert router["kind"] == "router" and any(c.startswith("+ port p2 (ifindex ") for c in router["changes"]), router
     for host in VTEP_HOSTS[1:]:
         assert restored.changed(host) == 0, f"{host} runs as recorded: nothing to restore"
-    assert {"acc100", "acclocal", "acc200", "ul-b", "ul-c", "ul-d", "ul-l"} <= xdp_ports(lab, "a")
+    assert {"acc100", "acclocal", "acc200", "ul-b", "ul-c", "ul-d", "ul-l", "p1", "p2"} <= xdp_ports(lab, "a")
     assert bum_probe(endpoints["a100"], receivers, timeout=2) == {"b100", "c100"}
     assert bum_probe(endpoints["b100"], {"a100": endpoints["a100"]}, timeout=2) == {"a100"}
 

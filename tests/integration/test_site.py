@@ -1,11 +1,11 @@
-"""site.yml on the lab over SSH, end to end: probe, tune, prepare and count, VTEPs, overlay checks, a perf pair,
+"""site.yml on the lab over SSH, end to end: probe, tune, prepare and route in XDP, VTEPs, overlay checks, a perf pair,
 report; twice (the second run changes no host)."""
 
 import json
 
 import pytest
 
-COUNTER_LINK = "/sys/fs/bpf/xdpfleet/counter/links/p1"
+ROUTER_LINK = "/sys/fs/bpf/xdpfleet/router/links/{}"
 LAB_HOSTS = ("a", "b", "c", "d", "l")
 
 
@@ -19,7 +19,7 @@ def site_lab(lab, tmp_path):
     # Undo what site.yml set up, so the session's later tests find the lab as it was.
     assert lab.run_playbook("playbooks/vtep.yml", extra_vars={"vtep_state": "absent"}).rc == 0
     assert lab.run_playbook("playbooks/tune.yml", extra_vars={"host_tuning_state": "absent"}).rc == 0
-    removal = [{"name": "Remove the counter", "xdpfleet.fabric.xdp_program": {"name": "counter", "state": "absent"}}]
+    removal = [{"name": "Remove the router", "xdpfleet.fabric.xdp_router": {"state": "absent"}}]
     assert lab.run_tasks(removal, hosts="a").rc == 0
 
 
@@ -35,12 +35,17 @@ def test_site_runs_the_whole_job_and_converges(site_lab, tmp_path):
     # host tuning: the lab's private GRUB file carries iommu=pt
     assert "iommu=pt" in lab.host_exec("c", ["cat", "/etc/default/grub"]).stdout
 
-    link = json.loads(lab.host_exec("a", ["bpftool", "-j", "link", "show", "pinned", COUNTER_LINK]).stdout)
-    on_p1 = json.loads(lab.host_exec("a", ["ip", "-j", "link", "show", "p1"]).stdout)[0]["xdp"]["prog"]["id"]
-    assert link["prog_id"] == on_p1
-    totals = first.result(task="xdpfleet.fabric.xdp_counter : Keep the totals per slot", host="a")
-    packets = totals["ansible_facts"]["xdp_counter_totals"]["0"]["packets"]
-    assert packets >= 40, "the pings from e1 to e2 cross a:p1: 20 over IPv4 and 20 over IPv6"
+    for port in ("p1", "p2"):
+        pinned = ["bpftool", "-j", "link", "show", "pinned", ROUTER_LINK.format(port)]
+        link = json.loads(lab.host_exec("a", pinned).stdout)
+        on_port = json.loads(lab.host_exec("a", ["ip", "-j", "link", "show", port]).stdout)[0]["xdp"]["prog"]["id"]
+        assert link["prog_id"] == on_port, port
+    read = first.result(task="xdpfleet.fabric.xdp_router : Read the router's counters", host="a")
+    counters = read["ansible_facts"]["xdpfleet_router"]["counters"]
+    # The pings from e1 to e2 cross a both ways, 20 requests and 20 replies per family, forwarded in XDP but for the
+    # first frame towards a next hop a had not resolved yet, which the kernel forwarded.
+    assert counters["forwarded_v4"]["packets"] >= 38 and counters["forwarded_v6"]["packets"] >= 38, counters
+    packets = counters["forwarded_v4"]["packets"]
 
     overlay = first.result(task="Ping each declared pair of endpoints across the overlay", host="localhost")
     assert len(overlay["results"]) >= 7 and all(r["rc"] == 0 for r in overlay["results"]), overlay
@@ -54,7 +59,7 @@ def test_site_runs_the_whole_job_and_converges(site_lab, tmp_path):
 
     report = (tmp_path / "site.md").read_text()
     assert f"| l | tc | ul-a | vxlan | count | {filtered['vxlan']['packets']} |" in report
-    assert f"| a | p1 | native | 0 | {packets} |" in report
+    assert f"| a | p1, p2 | native | forwarded_v4 | {packets} |" in report
     for host in ("a", "c"):  # c: the TC backend, the same counters
         vtep = [line for line in report.splitlines() if line.startswith(f"| {host} | 100 |")]
         assert vtep and int(vtep[0].split("|")[3]) > 0, f"VTEP {host} counted VNI 100 frames from the overlay checks"

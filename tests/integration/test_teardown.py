@@ -1,5 +1,5 @@
-"""playbooks/teardown.yml on the lab: everything brought up by the real playbooks and modules (the counter of
-site.yml's xdp_counter role, l's packet filter at tc, VTEPs on a, b, c (the TC backend: XDP and tc programs) and l,
+"""playbooks/teardown.yml on the lab: everything brought up by the real playbooks and modules (the router of
+site.yml's xdp_router role, l's packet filter at tc, VTEPs on a, b, c (the TC backend: XDP and tc programs) and l,
 playbooks/tune.yml, then an echo server on b:p3 with a sender on a:p3 running in the background) goes, from what the
 hosts recorded; a second run changes nothing; a host where an instance was partly removed by hand is torn down all
 the same."""
@@ -44,7 +44,7 @@ def bring_up(lab) -> None:
     counter = lab.run_tasks(
         [
             {"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_host"}},
-            {"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_counter"}},
+            {"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_router"}},
             {"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_filter"}},  # l's, at tc on ul-a
         ]
     )
@@ -70,10 +70,10 @@ def bring_up(lab) -> None:
 def test_teardown_removes_everything_and_converges(lab):
     grub_before = {h: grub(lab, h) for h in HOSTS}
     bring_up(lab)
-    assert {"p1", "acc100", "p3"} <= set(xdp_interfaces(lab, "a"))  # counter, VTEP, the sender's return counter
+    assert {"p1", "p2", "acc100", "p3"} <= set(xdp_interfaces(lab, "a"))  # router, VTEP, the sender's return counter
     assert "p3" in xdp_interfaces(lab, "b")
     assert any(grub(lab, h) != grub_before[h] for h in HOSTS)
-    assert {"counter.json", "vtep.json"} <= set(programs(lab, "a"))
+    assert {"router.json", "vtep.json"} <= set(programs(lab, "a"))
     assert {"vtep.json", "tg-echo-p3.json"} <= set(programs(lab, "b"))
     assert "filter.json" in programs(lab, "l")
     assert tc_links(lab, "c", "vtep") == ["acc100", "acc200", "ul-a"] and "ul-a" in xdp_interfaces(lab, "c")
@@ -81,17 +81,19 @@ def test_teardown_removes_everything_and_converges(lab):
     checked = lab.run_playbook(TEARDOWN, check=True, diff=True)
     assert checked.rc == 0, checked
     would = checked.result(task=TEARDOWN_TASK, host="a")
-    assert would["changed"] and {"counter", "vtep"} <= set(would["instances"]) and would["senders"]
+    assert would["changed"] and {"router", "vtep"} <= set(would["instances"]) and would["senders"]
     # The --diff, one line per thing that would go, each in `before` only (shown as a removal).
-    assert "-counter: p1: xdp_count" in checked.stdout
+    assert "-router: p1: xdp_router" in checked.stdout
     gone = would["diff"]["before"].splitlines()
-    assert [line.split(" tag ")[0] for line in gone if line.startswith("counter: ")] == [
-        "counter: p1: xdp_count",
-        "counter: map xdp_counters",
-        "counter: state file /var/lib/xdpfleet/programs/counter.json",
+    assert [line.split(" tag ")[0] for line in gone if line.startswith("router: ")] == [
+        "router: p1: xdp_router",
+        "router: p2: xdp_router",
+        "router: map router_ports",
+        "router: map router_stats",
+        "router: state file /var/lib/xdpfleet/programs/router.json",
     ]
     assert gone[0].startswith("sender on p3 (pid ") and would["diff"]["after"] == ""
-    assert {"p1", "acc100", "p3"} <= set(xdp_interfaces(lab, "a")), "check mode changes nothing"
+    assert {"p1", "p2", "acc100", "p3"} <= set(xdp_interfaces(lab, "a")), "check mode changes nothing"
 
     run = lab.run_playbook(TEARDOWN)
     assert run.rc == 0, run
@@ -115,7 +117,11 @@ def test_teardown_removes_everything_and_converges(lab):
 
 
 def test_teardown_of_a_partly_removed_instance(lab):
-    up = lab.run_tasks([{"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_counter"}}], hosts="a")
+    counter = {
+        "ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_counter"},
+        "vars": {"xdp_counter_interfaces": ["p1"]},  # a runs the router on p1 in the inventory, not the counter
+    }
+    up = lab.run_tasks([counter], hosts="a")
     assert up.rc == 0, up
     # A link pin removed by hand detaches the program (the pin held the link) and leaves the rest behind.
     lab.host_exec("a", ["rm", "/sys/fs/bpf/xdpfleet/counter/links/p1"])

@@ -42,6 +42,9 @@ HOST_PATHS_ARGUMENT_SPEC = {
     "state_dir": {"type": "path", "default": STATE_DIR},
 }
 BPFFS_TYPE = "bpf"
+# Map flags the kernel adds by itself, by map type: programs cannot write a devmap (DEVMAP, DEVMAP_HASH), so it
+# creates each with BPF_F_RDONLY_PROG, which the object does not declare (the kernel refuses it at creation).
+KERNEL_MAP_FLAGS = {14: 1 << 7, 25: 1 << 7}
 # Where a program runs: XDP_MODES are the XDP hook's modes; TC_MODE is the tcx ingress hook (the tc programs of
 # the tcx hook run after XDP and before the stack, on the skb).
 XDP_MODES = ("native", "generic")
@@ -297,7 +300,8 @@ def compatible(pinned: libbpf.MapInfo, pinned_btf: Btf | None, wanted: libbpf.Ob
     values of the same shape, and the same numbers for the enums their data planes declare (bpf/abi.py). A struct
     whose fields moved but whose size did not is a new map, not a misread one; so are counters indexed by a drop
     reason whose number changed."""
-    sizes = (pinned.type, pinned.key_size, pinned.value_size, pinned.max_entries, pinned.map_flags) == (
+    pinned_flags = pinned.map_flags & ~KERNEL_MAP_FLAGS.get(pinned.type, 0)
+    sizes = (pinned.type, pinned.key_size, pinned.value_size, pinned.max_entries, pinned_flags) == (
         wanted.type,
         wanted.key_size,
         wanted.value_size,

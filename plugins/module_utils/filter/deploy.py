@@ -68,19 +68,6 @@ def read_counters(paths: xp.InstancePaths) -> dict | None:
             m.close()
 
 
-def _program_changes(steps: list[xp.Step], header: str) -> Changes:
-    out = Changes(header)
-    for s in steps:
-        if s.action != "unchanged":
-            out.add(
-                f"{s.ifname}: {s.action} {s.after or s.before}",
-                key=s.ifname,
-                before=f"{s.ifname}: {s.before}" if s.before else None,
-                after=f"{s.ifname}: {s.after}" if s.action != "detach" else None,
-            )
-    return out
-
-
 def deploy(
     paths: xp.InstancePaths,
     rule_items: list,
@@ -139,14 +126,14 @@ def deploy(
             raise FilterError(f"applying the filter failed, previous state restored: {exc}") from exc
         changes = Changes(header)
         changes.extend(update.changes)
-        changes.extend(_program_changes(attach_plan.steps, header))
+        changes.extend(xp.attachment_changes(attach_plan.steps, header))
         if recorded and not changes.changed:
             changes.add(xp.record_step(paths.state_file))
         counters = writer.counters(maps)
         result = {
             "changed": changes.changed,
             "changes": changes.steps,
-            "program": {s.ifname: s.action for s in attach_plan.steps},
+            "program": {s.label: s.action for s in attach_plan.steps},
             "program_id": instance.running_prog_id(attach_plan),
             "ansible_facts": {
                 "xdpfleet_filter": {"name": paths.name, "hook": hook, "interfaces": interfaces, **counters}

@@ -12,9 +12,9 @@
 
 Teardown removes every instance through xdp_program.remove (what state=absent of each module does). Restore
 re-applies every instance record through the same code as the modules: xdp_program.converge for a program,
-vtep_deploy.deploy with the recorded document for a VTEP, and filter/deploy.deploy with the recorded rules for a
-filter. Both are used by modules (xdp_teardown, xdp_restore) and
-restore also by the host-side boot entry point the xdp_host role installs (roles/xdp_host/files/xdpfleet-restore).
+vtep_deploy.deploy with the recorded document for a VTEP, filter/deploy.deploy with the recorded rules for a filter,
+and router/deploy.deploy with the recorded ports for a router. Both are used by modules (xdp_teardown, xdp_restore)
+and restore also by the host-side boot entry point the xdp_host role installs (roles/xdp_host/files/xdpfleet-restore).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import file
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes, merged
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as filter_deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy as rd
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
@@ -146,7 +147,7 @@ class RestoreError(RuntimeError):
 @dataclass
 class Restored:
     name: str
-    kind: str  # program, vtep or filter
+    kind: str  # program, vtep, filter or router
     changes: list[str] = field(default_factory=list)  # the steps taken
     diff: dict | None = None  # the instance's state before and after
     error: str = ""
@@ -272,6 +273,29 @@ def _restore_filter(
     return (result["changes"], result.get("diff")) if result["changed"] else ([], None)
 
 
+def _restore_router(
+    paths: xp.InstancePaths, record: dict, host: HostPaths, check_mode: bool, build_dir: str | None
+) -> tuple[list[str], dict | None]:
+    interfaces = record["router"].get("interfaces") or []
+    missing = [ifname for ifname in interfaces if not xp.ifindex_of(ifname)]
+    if missing:
+        raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host", transient=True)
+    try:
+        result = rd.deploy(
+            paths,
+            interfaces,
+            record.get("mode", "native"),
+            host.cache_dir,
+            record.get("source") or rd.ROUTER_SOURCE,
+            (record.get("build") or {}).get("include_dirs"),
+            check_mode=check_mode,
+            build_dir=build_dir,
+        )
+    except rd.RouterError as exc:
+        raise RestoreError(str(exc)) from exc
+    return (result["changes"], result.get("diff")) if result["changed"] else ([], None)
+
+
 def _restore_one(
     outcome: Restored, host: HostPaths, check_mode: bool, build_dir: str | None, neighbour_timeout: float
 ) -> None:
@@ -290,6 +314,9 @@ def _restore_one(
         elif "filter" in record:
             outcome.kind = "filter"
             done = _restore_filter(paths, record, host, check_mode, build_dir)
+        elif "router" in record:
+            outcome.kind = "router"
+            done = _restore_router(paths, record, host, check_mode, build_dir)
         else:
             done = _restore_program(paths, record, host, check_mode, build_dir)
         outcome.changes, outcome.diff = done

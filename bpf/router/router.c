@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * router: IPv4 and IPv6 forwarding in XDP with the kernel's own routes and neighbours.
+ *
+ * Each frame is looked up in the kernel's FIB with bpf_fib_lookup (routes, policy rules, neighbour table and the
+ * egress MTU, as the kernel's forwarding path sees them), so a route or neighbour changed with `ip` takes effect at
+ * once, with no program or map change. A frame the lookup resolves to a next hop whose MAC is known, out of one of
+ * the router's ports, gets its TTL / hop limit decremented (IPv4 checksum updated incrementally), the next hop's
+ * and the egress port's MACs, and is redirected out of that port through router_ports.
+ *
+ * Everything else goes to the kernel unchanged (XDP_PASS), which forwards, answers or drops it as it would without
+ * XDP: ARP and ND (non-IP, or ICMPv6 for this host), TTL expiry (the kernel sends ICMP time exceeded), IPv4 options
+ * and IPv6 hop-by-hop headers, frames for this host, broadcast, multicast and link-local, next hops without a
+ * neighbour entry yet (the kernel resolves them; the next frames are forwarded here), frames over the egress MTU
+ * (the kernel fragments or sends ICMP too big), VLAN-tagged frames, and routes out of interfaces that are not
+ * router ports. Fragments are forwarded like any packet: routing reads no L4 header.
+ *
+ * The destination MAC is not checked: a port is expected to receive only frames for it, as a NIC does outside
+ * promiscuous mode (the kernel drops the others as PACKET_OTHERHOST; this router would route them).
+ *
+ * Maps:
+ *   router_ports   DEVMAP_HASH ifindex -> ifindex: the ports frames may be redirected to (written from the
+ *                  module's interfaces; a route out of any other interface is left to the kernel)
+ *   router_stats   per-CPU array indexed by enum router_verdict (router_abi.h): packets and bytes
+ *
+ * Build: clang -O2 -g -target bpf -I/usr/include/x86_64-linux-gnu -Ibpf/include -c bpf/router/router.c
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "xdpfleet_csum.h"
+#include "xdpfleet_parse.h"
+#include "router_abi.h"
+
+#define RT_AF_INET 2
+#define RT_AF_INET6 10
+#define RT_IPV6_FLOWINFO_MASK bpf_htonl(0x0fffffff)
+#define RT_NEXTHDR_HOP 0
+
+struct router_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, RT_PORTS_MAX);
+	__type(key, __u32);
+	__type(value, __u32);
+} router_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RT_VERDICTS);
+	__type(key, __u32);
+	__type(value, struct router_counter);
+} router_stats SEC(".maps");
+
+static __always_inline void count(struct xdp_md *ctx, enum router_verdict verdict)
+{
+	struct router_counter *cnt;
+	__u32 key = verdict;
+
+	cnt = bpf_map_lookup_elem(&router_stats, &key);
+	if (!cnt)
+		return;
+	/* Per-CPU value: no other CPU writes it, plain adds are enough. */
+	cnt->packets++;
+	cnt->bytes += ctx->data_end - ctx->data;
+}
+
+static __always_inline int pass(struct xdp_md *ctx, enum router_verdict verdict)
+{
+	count(ctx, verdict);
+	return XDP_PASS;
+}
+
+/* What to do with a FIB lookup that did not give a next hop with a MAC: the verdict of the frame passed on. */
+static __always_inline enum router_verdict fib_verdict(int rc)
+{
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_NOT_FWDED:
+		return RT_PASS_LOCAL;
+	case BPF_FIB_LKUP_RET_BLACKHOLE:
+	case BPF_FIB_LKUP_RET_UNREACHABLE:
+	case BPF_FIB_LKUP_RET_PROHIBIT:
+		return RT_PASS_NO_ROUTE;
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		return RT_PASS_NO_NEIGH;
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		return RT_PASS_MTU;
+	case BPF_FIB_LKUP_RET_FWD_DISABLED:
+		return RT_PASS_FWD_DISABLED;
+	default:
+		return RT_PASS_FIB_OTHER;
+	}
+}
+
+/* Whether the FIB's egress is a router port; asked before the frame changes, so a frame passed on is as it came. */
+static __always_inline int egress_is_port(struct bpf_fib_lookup *params)
+{
+	__u32 ifindex = params->ifindex;
+
+	return bpf_map_lookup_elem(&router_ports, &ifindex) != NULL;
+}
+
+static __always_inline int redirect(struct xdp_md *ctx, struct ethhdr *eth, struct bpf_fib_lookup *params,
+				    enum router_verdict verdict)
+{
+	__builtin_memcpy(eth->h_dest, params->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, params->smac, ETH_ALEN);
+	count(ctx, verdict);
+	return bpf_redirect_map(&router_ports, params->ifindex, 0);
+}
+
+static __always_inline int route_ipv4(struct xdp_md *ctx, struct xf_cursor *cur, void *data_end, struct ethhdr *eth)
+{
+	struct bpf_fib_lookup params = {};
+	struct iphdr *iph;
+	int rc;
+
+	if (xf_parse_iphdr(cur, data_end, &iph) < 0)
+		return pass(ctx, RT_PASS_MALFORMED);
+	if (iph->ihl != 5)
+		return pass(ctx, RT_PASS_OPTIONS);
+	if (iph->ttl <= 1)
+		return pass(ctx, RT_PASS_TTL);
+
+	params.family = RT_AF_INET;
+	params.tos = iph->tos;
+	params.l4_protocol = iph->protocol;
+	params.tot_len = bpf_ntohs(iph->tot_len);
+	params.ipv4_src = iph->saddr;
+	params.ipv4_dst = iph->daddr;
+	params.ifindex = ctx->ingress_ifindex;
+
+	rc = bpf_fib_lookup(ctx, &params, sizeof(params), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return pass(ctx, fib_verdict(rc));
+	if (!egress_is_port(&params))
+		return pass(ctx, RT_PASS_NOT_PORT);
+	xf_ipv4_decrement_ttl(iph);
+	return redirect(ctx, eth, &params, RT_FORWARDED_V4);
+}
+
+static __always_inline int route_ipv6(struct xdp_md *ctx, struct xf_cursor *cur, void *data_end, struct ethhdr *eth)
+{
+	struct bpf_fib_lookup params = {};
+	struct ipv6hdr *ip6h;
+	int rc;
+
+	if (xf_parse_ip6hdr(cur, data_end, &ip6h) < 0)
+		return pass(ctx, RT_PASS_MALFORMED);
+	if (ip6h->nexthdr == RT_NEXTHDR_HOP)
+		return pass(ctx, RT_PASS_OPTIONS);
+	if (ip6h->hop_limit <= 1)
+		return pass(ctx, RT_PASS_TTL);
+
+	params.family = RT_AF_INET6;
+	params.flowinfo = *(__be32 *)ip6h & RT_IPV6_FLOWINFO_MASK;
+	params.l4_protocol = ip6h->nexthdr;
+	params.tot_len = bpf_ntohs(ip6h->payload_len) + sizeof(*ip6h);
+	__builtin_memcpy(params.ipv6_src, &ip6h->saddr, sizeof(params.ipv6_src));
+	__builtin_memcpy(params.ipv6_dst, &ip6h->daddr, sizeof(params.ipv6_dst));
+	params.ifindex = ctx->ingress_ifindex;
+
+	rc = bpf_fib_lookup(ctx, &params, sizeof(params), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return pass(ctx, fib_verdict(rc));
+	if (!egress_is_port(&params))
+		return pass(ctx, RT_PASS_NOT_PORT);
+	ip6h->hop_limit--;
+	return redirect(ctx, eth, &params, RT_FORWARDED_V6);
+}
+
+SEC("xdp")
+int xdp_router(struct xdp_md *ctx)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	struct xf_cursor cur;
+	struct ethhdr *eth;
+	int proto;
+
+	xf_cursor_init(&cur, ctx);
+	proto = xf_parse_ethhdr(&cur, data_end, &eth, NULL);
+	if (proto < 0)
+		return pass(ctx, RT_PASS_MALFORMED);
+	if (eth->h_proto != (__be16)proto)
+		return pass(ctx, RT_PASS_VLAN);
+	if (proto == bpf_htons(ETH_P_IP))
+		return route_ipv4(ctx, &cur, data_end, eth);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return route_ipv6(ctx, &cur, data_end, eth);
+	return pass(ctx, RT_PASS_NOT_IP);
+}
+
+char _license[] SEC("license") = "GPL";

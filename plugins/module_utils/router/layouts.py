@@ -1,0 +1,28 @@
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+"""The XDP router's maps as bpf/router/router.c declares them (ctypes, checked against the object's BTF, with the
+numbers of router/abi.py, before anything is written), and its program's name."""
+
+from __future__ import annotations
+
+import ctypes
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.router.abi import ABI
+
+PROGRAM = "xdp_router"
+PORTS = "router_ports"  # DEVMAP_HASH: ifindex -> ifindex, the interfaces frames may be redirected to
+STATS = "router_stats"  # per-CPU array indexed by enum router_verdict
+
+
+class RouterCounter(ctypes.Structure):
+    _fields_ = [("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
+
+
+LAYOUTS = {
+    layout.map_name: layout
+    for layout in (
+        MapLayout(PORTS, ctypes.c_uint32, ctypes.c_uint32),
+        MapLayout(STATS, ctypes.c_uint32, RouterCounter, ABI),
+    )
+}

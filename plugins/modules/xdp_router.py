@@ -1,0 +1,182 @@
+#!/usr/bin/python
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: xdp_router
+short_description: An IPv4 and IPv6 router in XDP that follows the kernel's routes and neighbours
+version_added: "0.1.0"
+description:
+  - Attaches the XDP router of C(bpf/router) to I(interfaces) and makes them its ports. Each frame is looked up in
+    the kernel's own FIB (C(bpf_fib_lookup)), that is routes, policy rules, the neighbour table and the egress MTU,
+    as the kernel's forwarding path sees them. A route or neighbour changed with C(ip) takes effect at once, with no
+    program or map change. No MAC address or ifindex is configured.
+  - A frame routed to a next hop whose MAC is known, out of one of the ports, gets its TTL or hop limit
+    decremented (the IPv4 checksum updated incrementally) and is redirected out of that port through a devmap of
+    the ports. A route out of any other interface is left to the kernel.
+  - Everything else goes to the kernel unchanged, which forwards, answers or drops it as it would without XDP. That
+    is ARP and ND, TTL or hop limit 1 (the kernel sends ICMP time exceeded), IPv4 options and IPv6 hop-by-hop
+    headers, frames for this host, broadcast, multicast and link-local, a next hop without a neighbour entry yet
+    (the kernel resolves it and the next frames are forwarded in XDP), frames over the egress MTU, and VLAN-tagged
+    frames. IPv4 fragments are forwarded like any packet.
+  - The kernel must forward on every port (C(net.ipv4.conf.<port>.forwarding), and for IPv6
+    C(net.ipv6.conf.<port>.forwarding) unless IPv6 is disabled on the port). The FIB lookup answers "forwarding
+    disabled" otherwise, and the router would hand every frame to a kernel that does not forward it either. Such
+    a host is refused before anything changes, naming the sysctl.
+  - Counters per verdict (forwarded, or why the frame went to the kernel) are returned as facts.
+  - The state file records the ports, so M(xdpfleet.fabric.xdp_restore) brings the router back, devmap included,
+    and M(xdpfleet.fabric.xdp_teardown) removes it.
+extends_documentation_fragment:
+  - xdpfleet.fabric.host_paths
+author:
+  - xdpfleet developers (!UNKNOWN)
+requirements:
+  - Linux 5.15 or newer, libbpf.so.1, bpffs at /sys/fs/bpf; clang when compiling I(source)
+options:
+  name:
+    description:
+      - Name of the router instance. Its pins live under C(<pin_root>/<name>), its state file is
+        C(<state_dir>/programs/<name>.json).
+      - 1-64 letters, digits, C(_), C(.) or C(-), starting with a letter or digit.
+    type: str
+    default: router
+  state:
+    description: C(present) attaches the router to I(interfaces). C(absent) detaches it and removes its maps and state.
+    type: str
+    choices: [present, absent]
+    default: present
+  interfaces:
+    description:
+      - The router's ports; frames arriving on them are routed, and only they are egress ports. Required with
+        I(state=present). An interface left out of the list is detached and taken out of the devmap.
+    type: list
+    elements: str
+  mode:
+    description: XDP mode on every port, C(native) (in the driver) or C(generic) (on the skb).
+    type: str
+    choices: [native, generic]
+    default: native
+  source:
+    description: C source of the data plane on the host (the M(xdpfleet.fabric.xdp_host) role copies it there).
+    type: path
+    default: /var/lib/xdpfleet/src/router/router.c
+  include_dirs:
+    description: Include directories for compiling I(source).
+    type: list
+    elements: path
+    default: [/var/lib/xdpfleet/src/include]
+attributes:
+  check_mode:
+    support: full
+    description: Checks the interfaces and forwarding, compiles, loads and computes the difference; changes nothing.
+  diff_mode:
+    support: full
+    description: The ports in the devmap (C(port p1 (ifindex 5))) and the program on each port, before and after.
+seealso:
+  - module: xdpfleet.fabric.xdp_program
+  - module: xdpfleet.fabric.xdp_restore
+"""
+
+EXAMPLES = r"""
+- name: Route between p1 and p2 in XDP
+  xdpfleet.fabric.xdp_router:
+    interfaces: [p1, p2]
+  register: router
+
+- name: Show what was forwarded in XDP
+  ansible.builtin.debug:
+    msg: "{{ router.ansible_facts.xdpfleet_router.counters.forwarded_v4.packets }} IPv4 packets"
+
+- name: Remove it
+  xdpfleet.fabric.xdp_router:
+    state: absent
+"""
+
+RETURN = r"""
+changes:
+  description: What was (or, in check mode, would be) done, one line each (C(+ port p1 (ifindex 5)), C(p1 attach ...)).
+  returned: always
+  type: list
+  elements: str
+  sample: ["+ port p1 (ifindex 5)", "+ port p2 (ifindex 6)", "p1: attach xdp_router tag 0599ae2a834d6bd4 native"]
+removed:
+  description: With I(state=absent), what was removed (in check mode, what would be), one line each.
+  returned: state=absent
+  type: list
+  elements: str
+program:
+  description: Per port, what was done with the program (attach, replace, reattach, unchanged, detach).
+  returned: state=present
+  type: dict
+  sample: {p1: attach, p2: attach}
+ansible_facts:
+  description:
+    - C(xdpfleet_router) has the instance's C(name), C(interfaces), C(mode), the C(prog_id) its ports run, and
+      C(counters), packets and bytes per verdict summed over the CPUs, read after the change.
+    - "Verdicts: C(forwarded_v4) and C(forwarded_v6) (forwarded in XDP), and the frames handed to the kernel:
+      C(pass_not_ip), C(pass_vlan), C(pass_malformed), C(pass_ttl), C(pass_options), C(pass_local) (for this
+      host, broadcast, multicast, link-local), C(pass_no_route), C(pass_no_neigh), C(pass_mtu),
+      C(pass_fwd_disabled), C(pass_not_port) (routed out of an interface that is not a port) and
+      C(pass_fib_other)."
+  returned: state=present
+  type: dict
+  sample:
+    xdpfleet_router:
+      name: router
+      interfaces: [p1, p2]
+      mode: native
+      prog_id: 1234
+      counters:
+        forwarded_v4: {packets: 40, bytes: 3920}
+        pass_no_neigh: {packets: 1, bytes: 98}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy as rd
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "default": "router"},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "interfaces": {"type": "list", "elements": "str"},
+            "mode": {"type": "str", "choices": list(rd.MODES), "default": "native"},
+            "source": {"type": "path", "default": rd.ROUTER_SOURCE},
+            "include_dirs": {"type": "list", "elements": "path", "default": rd.ROUTER_INCLUDE_DIRS},
+            **xp.HOST_PATHS_ARGUMENT_SPEC,
+        },
+        required_if=[("state", "present", ["interfaces"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    if bad := names.instance_name_problem(p["name"]):
+        module.fail_json(msg=f"name: {bad}")
+    paths = xp.InstancePaths(p["name"], p["pin_root"], p["state_dir"])
+    if p["state"] == "absent":
+        result = xp.removal(module, paths, "router")
+        module.exit_json(**result, changes=result["removed"])
+    try:
+        result = rd.deploy(
+            paths,
+            p["interfaces"],
+            p["mode"],
+            p["cache_dir"],
+            p["source"],
+            p["include_dirs"],
+            check_mode=module.check_mode,
+            build_dir=module.tmpdir if module.check_mode else None,
+        )
+    except rd.RouterError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
