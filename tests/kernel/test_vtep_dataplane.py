@@ -238,9 +238,10 @@ def test_sixteen_peers_behind_one_uplink_get_one_copy_each(vtep, mode):
         vtep.attach("native")
 
 
-def test_live_frames_bursts_replicate_exactly(vtep):
+def test_live_frames_bursts_replicate_exactly(xdp_vtep):
     """The same through BPF_PROG_RUN live frames: batches of 8 frames, 128 copies, into one devmap flush (a veth
     takes 256 frames per ring: more in one flush would be dropped by the veth, not by the VTEP)."""
+    vtep = xdp_vtep
     vtep.drain_all()
     for _ in range(10):
         assert vtep.test_run("a1", frame("live"), live=True, repeat=8) == 0

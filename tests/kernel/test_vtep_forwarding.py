@@ -364,9 +364,10 @@ def test_every_frame_number_finds_its_peers(fresh_xdp):
 
 
 @pytest.mark.parametrize("mode", ["native", "generic"])
-def test_copies_keep_their_own_frames_vni_in_one_flush(fresh, mode):
+def test_copies_keep_their_own_frames_vni_in_one_flush(fresh_xdp, mode):
     """Bursts that interleave VNIs in one devmap flush: every copy carries its own frame's VNI (egress reads it from
     the frame's Outer; no per-CPU state can hand it another frame's)."""
+    fresh = fresh_xdp
     fresh.attach(mode)
     try:
         fresh.drain_all()
