@@ -78,7 +78,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collection"))
 sys.path.insert(0, str(REPO / "tests" / "kernel"))
 
-from vtep_netns import netns, port_facts, tcx_link_create
+from vtep_netns import netns, port_facts
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_layout, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
@@ -365,7 +365,8 @@ class Bed:
             self.link(ingress, dev)
             if self.spec.backend == "tc":
                 with netns(self.ns):
-                    self.links.append(tcx_link_create(self.vtep.program(layouts.TC_PROGRAM).fd, self.ifindex[dev]))
+                    tc_program = self.vtep.program(layouts.TC_PROGRAM).fd
+                    self.links.append(libbpf.tcx_link_create(tc_program, self.ifindex[dev]))
         fdb = (FdbEntry(KNOWN_MAC, None, KNOWN_PEER),) if self.spec.known_mac else ()
         peers = tuple(Peer(ip, "ul", mac) for ip, mac in sorted(self.peers.items()))
         config = VtepConfig(

@@ -31,7 +31,6 @@ SIOCGIFHWADDR = 0x8927
 SOL_PACKET, PACKET_AUXDATA = 263, 8
 TP_STATUS_VLAN_VALID, TP_STATUS_VLAN_TPID_VALID = 0x10, 0x40
 SO_RCVBUFFORCE = 33
-BPF_TCX_INGRESS = 46
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -60,16 +59,6 @@ def port_facts(name: str) -> plan.Port:
         mtu = struct.unpack("16si12x", fcntl.ioctl(s, SIOCGIFMTU, ifreq))[1]
         hw = fcntl.ioctl(s, SIOCGIFHWADDR, ifreq)[18:24]
     return plan.Port(name, socket.if_nametoindex(name), mtu, ":".join(f"{b:02x}" for b in hw))
-
-
-def tcx_link_create(prog_fd: int, ifindex: int) -> int:
-    """A tc program at tcx ingress of an interface, through a new bpf_link (libbpf 1.1 has no call of its own for it).
-    """
-    opts = libbpf._LinkCreateOpts(sz=ctypes.sizeof(libbpf._LinkCreateOpts))
-    fd = libbpf.lib().bpf_link_create(prog_fd, ifindex, BPF_TCX_INGRESS, opts)
-    if fd < 0:
-        raise OSError(-fd, f"bpf_link_create(ifindex {ifindex}, tcx ingress)")
-    return fd
 
 
 @dataclass
@@ -172,7 +161,8 @@ class VtepNetns:
             for port in self.ports.values():
                 self.links[port.name] = libbpf.xdp_link_create(ingress, port.ifindex, mode)
                 if self.backend == "tc":
-                    self.tc_links[port.name] = tcx_link_create(self.obj.program(layouts.TC_PROGRAM).fd, port.ifindex)
+                    tc_program = self.obj.program(layouts.TC_PROGRAM).fd
+                    self.tc_links[port.name] = libbpf.tcx_link_create(tc_program, port.ifindex)
 
     def detach(self) -> None:
         for links in (self.links, self.tc_links):
