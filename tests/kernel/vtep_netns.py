@@ -135,9 +135,9 @@ class VtepNetns:
                 lab.taps[port] = Tap(f"{port}p", sock)
         return lab
 
-    def load(self, mode: str, cache_dir: str, fdb_size: int | None = None, backend: str = "xdp") -> None:
+    def load(self, mode: str, cache_dir: str, fdb_size: int | None = None) -> None:
         """Compile and load the data plane (its learned FDB sized as a document's fdb_size would) and attach the
-        backend's programs to every port."""
+        backend's programs (the XDP backend's, unless attach() says otherwise) to every port."""
         path, _ = bpf_build.compile_object(
             str(REPO / "bpf" / "vtep" / "vtep.c"), cache_dir, [str(REPO / "bpf" / "include")]
         )
@@ -149,7 +149,7 @@ class VtepNetns:
         self.obj.load()
         self.maps = {n: self.obj.map(n) for n in layouts.MAP_NAMES}
         self.current = writer.read(self.maps)
-        self.attach(mode, backend)
+        self.attach(mode)
 
     def attach(self, mode: str, backend: str | None = None) -> None:
         """Attach the backend's programs (default: the one attached last) in XDP mode `mode`: the XDP backend's
