@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loading BPF programs 
 # Runs in the namespace with a private bpffs; each step's outcome goes into `out`.
 CHILD = textwrap.dedent(
     """
-    import json, os, socket, subprocess, sys
+    import json, os, socket, subprocess, sys, time
     sys.path.insert(0, sys.argv[1])
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf, program as xp
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
@@ -44,10 +44,18 @@ CHILD = textwrap.dedent(
         return {"changed": done.changed, "steps": done.changes("hooks").steps}
 
     def seen_after(frames):
+        # The veth delivers the frames on its receive path after send() returns: read until the counts settle.
         for _ in range(frames):
             sender.send(frame)
+        counts, deadline = None, time.monotonic() + 3
         with libbpf.PinnedMap(paths.map_pin("seen")) as seen:
-            return [int.from_bytes(seen.lookup(i.to_bytes(4, "little")), "little") for i in range(2)]
+            while time.monotonic() < deadline:
+                time.sleep(0.1)
+                now = [int.from_bytes(seen.lookup(i.to_bytes(4, "little")), "little") for i in range(2)]
+                if now == counts:
+                    break
+                counts = now
+        return counts
 
     def running():
         found = {}
@@ -139,6 +147,11 @@ def test_an_xdp_instance_with_a_tc_program_runs_both_and_keeps_the_running_tc_li
 def test_the_restore_brings_back_both_hooks(run):
     assert run["after_reboot"] == {"xdp": None, "tc": None}
     assert run["restored"]["hooks"]["changed"] is True and "error" not in run["restored"]["hooks"]
+    # tc first: an XDP program that hands frames on to a tc one never runs without it
+    assert [s.split(" tag ")[0] for s in run["restored"]["hooks"]["changes"]] == [
+        "v0 (tc): attach hooks_tc",
+        "v0: attach hooks_xdp",
+    ]
     assert run["restored_running"] == {"xdp": ["hooks_xdp", "native"], "tc": ["hooks_tc", "tc"]}
 
 

@@ -44,7 +44,10 @@ HOST_PATHS_ARGUMENT_SPEC = {
 BPFFS_TYPE = "bpf"
 # Map flags the kernel adds by itself, by map type: programs cannot write a devmap (DEVMAP, DEVMAP_HASH), so it
 # creates each with BPF_F_RDONLY_PROG, which the object does not declare (the kernel refuses it at creation).
-KERNEL_MAP_FLAGS = {14: 1 << 7, 25: 1 << 7}
+KERNEL_MAP_FLAGS = {
+    libbpf.BPF_MAP_TYPE_DEVMAP: libbpf.BPF_F_RDONLY_PROG,
+    libbpf.BPF_MAP_TYPE_DEVMAP_HASH: libbpf.BPF_F_RDONLY_PROG,
+}
 # Where a program runs: XDP_MODES are the XDP hook's modes; TC_MODE is the tcx ingress hook (the tc programs of
 # the tcx hook run after XDP and before the stack, on the skb).
 XDP_MODES = ("native", "generic")
@@ -409,7 +412,9 @@ class Instance:
 
     def plan(self, interfaces: list[str], replace_foreign: bool) -> Plan:
         plan = Plan(new_maps=self.new_maps if os.path.isdir(self.paths.pin_dir) else [])
-        wanted = [(ifname, hook) for ifname in interfaces for hook in self.programs]
+        # tc first: an XDP program that hands frames on to the tc one (the VTEP's tc backend) must find it there.
+        hooks = sorted(self.programs, key=lambda hook: hook != HOOK_TC)
+        wanted = [(ifname, hook) for hook in hooks for ifname in interfaces]
         for ifname, hook in wanted:
             plan.steps.append(self._step(ifname, hook, plan, replace_foreign))
         for ifname, hook in recorded_attachments(self.paths):

@@ -179,9 +179,6 @@ def _restore_program(
     paths: xp.InstancePaths, record: dict, host: HostPaths, check_mode: bool, build_dir: str | None
 ) -> tuple[list[str], dict | None]:
     interfaces = sorted(record["interfaces"])
-    missing = [ifname for ifname in interfaces if not xp.ifindex_of(ifname)]
-    if missing:
-        raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host", transient=True)
     object_path = record.get("object")
     build = record.get("build") or {}
     if not (object_path and os.path.isfile(object_path)):
@@ -221,9 +218,6 @@ def _restore_vtep(
     build_dir: str | None,
     neighbour_timeout: float,
 ) -> tuple[list[str], dict | None]:
-    missing = [ifname for ifname in sorted(record["interfaces"]) if not xp.ifindex_of(ifname)]
-    if missing:
-        raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host", transient=True)
     try:
         result = vd.deploy(
             paths,
@@ -250,9 +244,6 @@ def _restore_filter(
     paths: xp.InstancePaths, record: dict, host: HostPaths, check_mode: bool, build_dir: str | None
 ) -> tuple[list[str], dict | None]:
     interfaces = sorted(record["interfaces"])
-    missing = [ifname for ifname in interfaces if not xp.ifindex_of(ifname)]
-    if missing:
-        raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host", transient=True)
     hook = record["filter"].get("hook", "xdp")
     try:
         result = filter_deploy.deploy(
@@ -277,9 +268,6 @@ def _restore_router(
     paths: xp.InstancePaths, record: dict, host: HostPaths, check_mode: bool, build_dir: str | None
 ) -> tuple[list[str], dict | None]:
     interfaces = record["router"].get("interfaces") or []
-    missing = [ifname for ifname in interfaces if not xp.ifindex_of(ifname)]
-    if missing:
-        raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host", transient=True)
     try:
         result = rd.deploy(
             paths,
@@ -308,6 +296,9 @@ def _restore_one(
         if (untrusted := files.path_problem(paths.state_file)):
             raise RestoreError(f"record {paths.state_file} is refused: {untrusted}")
         record = _load_record(paths)
+        missing = [ifname for ifname in sorted(record["interfaces"]) if not xp.ifindex_of(ifname)]
+        if missing:
+            raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host", transient=True)
         if "vtep" in record:
             outcome.kind = "vtep"
             done = _restore_vtep(paths, record, host, check_mode, build_dir, neighbour_timeout)
