@@ -92,10 +92,13 @@ def test_check_mode_shows_the_change_and_changes_nothing(rollout_lab):
         check = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT, check=True, diff=True)
     assert check.rc == 0, check
     assert check.result(task=CONFIGURE["xdp"], host="c")["changes"] == ["VNI 100: - access port acc100"]
-    # --diff prints it, and the ingress program acc100 would no longer run
-    removed, detached = printed_diff(check.stdout, "vtep vtep")
+    # --diff prints it, and that neither of the programs of c (a TC VTEP) would run on acc100 any more
+    removed, *detached = printed_diff(check.stdout, "vtep vtep")
     assert removed == "-VNI 100: access port acc100"
-    assert re.fullmatch(r"-acc100: vtep_ingress tag [0-9a-f]{16} native", detached), detached
+    assert sorted(re.sub(r" tag [0-9a-f]{16} ", " tag T ", line) for line in detached) == [
+        "-acc100 (tc): vtep_replicate tag T tc",
+        "-acc100: vtep_ingress_tc tag T native",
+    ], detached
     for host in ("a", "b", "d"):
         assert check.result(task=CONFIGURE["xdp"], host=host)["changes"] == []
     assert check.results(task=HEALTH) == []  # no probes in check mode
