@@ -35,17 +35,19 @@ FILTER_RULES = [
 def fabric(lab):
     up = lab.run_playbook("playbooks/vtep.yml")
     assert up.rc == 0, up
-    # A packet filter at tc beside a's XDP VTEP on ul-l (l's rules), for the restore to bring back with its rules.
-    filtered = lab.run_tasks(
-        [{"xdpfleet.fabric.xdp_filter": {"interfaces": ["ul-l"], "hook": "tc", "rules": FILTER_RULES}}], hosts="a"
-    )
-    assert filtered.rc == 0, filtered
-    router_role = [{"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_router"}}]
-    checked = lab.run_tasks(router_role, hosts="a", check=True, diff=True)  # the router's check mode and --diff
-    assert checked.rc == 0 and checked.changed("a") == 1 and "+port p1 (ifindex " in checked.stdout, checked
+    # A packet filter at tc beside a's XDP VTEP on ul-l (l's rules) and the router, for the restore to bring back
+    # with their rules and ports; first in check mode with --diff, which shows both and changes nothing.
+    filter_and_router = [
+        {"xdpfleet.fabric.xdp_filter": {"interfaces": ["ul-l"], "hook": "tc", "rules": FILTER_RULES}},
+        {"ansible.builtin.include_role": {"name": "xdpfleet.fabric.xdp_router"}},
+    ]
+    checked = lab.run_tasks(filter_and_router, hosts="a", check=True, diff=True)
+    assert checked.rc == 0 and checked.changed("a") == 2, checked
+    assert "+port p1 (ifindex " in checked.stdout and "+vxlan: count udp to any port 4789" in checked.stdout, checked
     assert not {"p1", "p2"} & xdp_ports(lab, "a"), "check mode attaches nothing"
-    router = lab.run_tasks(router_role, hosts="a")
-    assert router.rc == 0, router
+    assert "filter" not in lab.host_exec("a", ["ls", "/sys/fs/bpf/xdpfleet"]).stdout.split(), "nor pins the filter"
+    up = lab.run_tasks(filter_and_router, hosts="a")
+    assert up.rc == 0, up
     try:
         yield lab, ports(lab.prefix, ["a100", "b100", "c100"])
     finally:
