@@ -35,6 +35,7 @@
  * the copy sent. It walks the VNI's members in vni_members (a devmap cannot be iterated from BPF).
  */
 #include <linux/bpf.h>
+#include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
@@ -1261,9 +1262,6 @@ int vtep_egress(struct xdp_md *ctx)
 
 /* --- The TC backend: replication at tc ingress ---------------------------------------------------------------- */
 
-#define TC_ACT_OK 0
-#define TC_ACT_SHOT 2
-#define TC_ACT_STOLEN 4 /* consumed: every copy was sent or dropped (and counted) */
 /* The tags a frame may carry to be flooded to a tunnel: the stack moves the first into the skb before tc, and each
  * one popped brings the next out. */
 #define TC_TAGS_MAX 2
@@ -1459,22 +1457,23 @@ static __always_inline int tc_flood(struct __sk_buff *skb, struct tc_command *cm
 }
 
 /* The TC backend's tc ingress program, on every VTEP port next to vtep_ingress_tc: carries out its command. A frame
- * without one is the host's. */
+ * without one is the host's: TC_ACT_UNSPEC passes it on to the next tcx program of the port (a filter attached after
+ * the VTEP sees it), or to the stack. TC_ACT_STOLEN: every copy was sent or dropped (and counted). */
 SEC("tc")
 int vtep_replicate(struct __sk_buff *skb)
 {
 	struct tc_command *cmd = (void *)(long)skb->data_meta;
 
 	if ((void *)(cmd + 1) > (void *)(long)skb->data)
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	barrier_var(cmd);
 	if ((void *)(cmd + 1) != (void *)(long)skb->data || cmd->magic != TC_COMMAND_MAGIC)
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	if (cmd->op == TC_SEND)
 		return bpf_redirect(cmd->ifindex, 0);
 	if (cmd->op == TC_FLOOD)
 		return tc_flood(skb, cmd);
-	return TC_ACT_OK;
+	return TC_ACT_UNSPEC;
 }
 
 char LICENSE[] SEC("license") = "GPL";

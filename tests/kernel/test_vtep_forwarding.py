@@ -15,6 +15,7 @@ from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
 from vtep_netns import VtepNetns
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     AccessPort,
@@ -35,6 +36,7 @@ STATIONS = ("one", "two", "three", "far", "pinned", "pinned_far", "tagged")
 STATION = {name: f"02:00:00:00:5a:{n:02x}" for n, name in enumerate(STATIONS, start=1)}
 PORTS = {"a1": 1500, "a2": 1500, "a3": 1500, "tr": 1500, "tr2": 1500, "ul": 1600}
 FDB_SIZE = 64
+TC_ACT_UNSPEC = -1  # linux/pkt_cls.h; tcx: go on to the next program
 
 
 def peer_mac(ip: str) -> str:
@@ -404,3 +406,12 @@ def test_a_full_size_frame_reaches_every_member(fresh, mode):
         assert all(bytes(c[VXLAN].payload) == big for c in tunnel)
     finally:
         fresh.attach("native")
+
+
+def test_the_tc_program_hands_a_frame_without_a_command_to_the_next_tcx_program(lab):
+    """The TC backend's tc program carries out the command its XDP program leaves in the metadata; a frame without
+    one is the host's and goes on to the port's next tcx program (a filter attached after the VTEP) or the stack:
+    TC_ACT_UNSPEC, not TC_ACT_OK, which ends the port's tcx chain there."""
+    tc_program = lab.obj.program(layouts.TC_PROGRAM).fd
+    result = libbpf.prog_test_run(tc_program, frame("host", "02:00:00:00:00:01"))
+    assert result.retval == TC_ACT_UNSPEC & 0xFFFFFFFF
