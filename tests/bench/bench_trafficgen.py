@@ -99,7 +99,9 @@ class Bed:
         with netns(ns):
             self.src_mac, self.dst_mac = port_facts("tgs").mac, port_facts("tge").mac
             self.sink_ifindex = socket.if_nametoindex("tge")
-        sink_path, _ = bpf_build.compile_object(str(REPO / "tests" / "bench" / "bpf" / "bench.c"), CACHE)
+        sink_path, _ = bpf_build.compile_object(
+            str(REPO / "tests" / "bench" / "bpf" / "bench.c"), CACHE, [str(REPO / "bpf" / "include")]
+        )
         self.sink = libbpf.BpfObject(sink_path)
         self.sink.load()
         with netns(ns):
