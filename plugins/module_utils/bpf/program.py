@@ -26,6 +26,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import declared_enums
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf, MapLayout, set_rodata, shape
@@ -570,6 +571,30 @@ class Instance:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def compiled_instance(
+    paths: InstancePaths,
+    source: str,
+    cache_dir: str,
+    include_dirs: list[str],
+    program: str,
+    mode: str,
+    layouts: tuple[MapLayout, ...],
+    *,
+    build_dir: str | None = None,
+    map_sizes: dict[str, int] | None = None,
+    tc_program: str | None = None,
+) -> tuple[str, Instance]:
+    """A data plane's source compiled (through the cache; into build_dir on a miss in check mode) and loaded as the
+    instance's desired state: the start of every data plane's deploy. Returns the object's path and the Instance.
+    Raises XdpProgramError with the compiler's or the verifier's message; nothing on the host changed."""
+    try:
+        object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
+        instance = Instance(paths, object_path, program, mode, {}, layouts, map_sizes, tc_program)
+    except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
+        raise XdpProgramError(str(exc)) from exc
+    return object_path, instance
 
 
 def detach_link(paths: InstancePaths, ifname: str, running: Running | None, hook: str = HOOK_XDP) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import LayoutMismatch
@@ -95,9 +94,11 @@ def deploy(
         raise FilterError(no_bpffs)
     try:
         xp.check_trusted_paths(paths)
-        object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
-        instance = xp.Instance(paths, object_path, layouts.PROGRAMS[hook], xp_mode, {}, tuple(layouts.LAYOUTS.values()))
-    except (bpf_build.CompileError, libbpf.LibbpfError, ValueError, xp.XdpProgramError) as exc:
+        object_path, instance = xp.compiled_instance(
+            paths, source, cache_dir, include_dirs, layouts.PROGRAMS[hook], xp_mode, tuple(layouts.LAYOUTS.values()),
+            build_dir=build_dir,
+        )
+    except xp.XdpProgramError as exc:
         raise FilterError(f"loading the filter failed, nothing was changed: {exc}") from exc
     header = f"filter {paths.name}"
     with instance:

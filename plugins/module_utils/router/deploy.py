@@ -18,7 +18,6 @@ import ctypes
 import os
 import socket
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap
@@ -156,9 +155,11 @@ def deploy(
         raise RouterError(no_bpffs)
     try:
         xp.check_trusted_paths(paths)
-        object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
-        instance = xp.Instance(paths, object_path, layouts.PROGRAM, mode, {}, tuple(layouts.LAYOUTS.values()))
-    except (bpf_build.CompileError, libbpf.LibbpfError, ValueError, xp.XdpProgramError) as exc:
+        object_path, instance = xp.compiled_instance(
+            paths, source, cache_dir, include_dirs, layouts.PROGRAM, mode, tuple(layouts.LAYOUTS.values()),
+            build_dir=build_dir,
+        )
+    except xp.XdpProgramError as exc:
         raise RouterError(f"loading the router data plane failed, nothing was changed: {exc}") from exc
     header = f"router {paths.name}"
     with instance:

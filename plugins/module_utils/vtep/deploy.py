@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import LayoutMismatch
@@ -156,18 +155,19 @@ def deploy(
         raise VtepError(str(exc)) from exc
     peer_macs = resolve_peer_macs(config, ports, neighbour_timeout)
     try:
-        object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
-        instance = xp.Instance(
+        object_path, instance = xp.compiled_instance(
             paths,
-            object_path,
+            source,
+            cache_dir,
+            include_dirs,
             layouts.ingress_program(backend, mode),
             mode,
-            {},
             tuple(layouts.LAYOUTS.values()),
+            build_dir=build_dir,
             map_sizes={layouts.LEARNED_FDB: config.fdb_size},
             tc_program=layouts.TC_PROGRAM if backend == "tc" else None,
         )
-    except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
+    except xp.XdpProgramError as exc:
         raise VtepError(f"loading the VTEP data plane failed, nothing was changed: {exc}") from exc
     names = {port.ifindex: name for name, port in ports.items()}
     vtep_ports = config.ports()
