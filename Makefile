@@ -21,7 +21,7 @@ KEEP_LAB ?= 0
 
 # Debian packages the lab, the tests and the XDP toolchain need on this machine.
 APT_PACKAGES := clang llvm libbpf-dev bpftool openssh-server iproute2 ethtool python3-venv make procps \
-	tcpdump ca-certificates iputils-ping xdp-tools nftables
+	tcpdump ca-certificates iputils-ping xdp-tools nftables graphviz
 
 # The venv is rebuilt when pyproject.toml changes: its hash is part of the stamp's name.
 PYPROJECT_HASH := $(shell sha256sum $(CURDIR)/pyproject.toml | cut -c1-16)
