@@ -1,16 +1,37 @@
 """site.yml on the lab over SSH, end to end: probe, tune, prepare and route in XDP, VTEPs, overlay checks, a perf pair,
-report; twice (the second run changes no host)."""
+reports (site.md, fabric.md and fabric.svg); twice (the second run changes no host); then playbooks/fabric_report.yml,
+which changes no host either."""
 
 import json
+import xml.etree.ElementTree as ET
 
 import pytest
 
 ROUTER_LINK = "/sys/fs/bpf/xdpfleet/router/links/{}"
 LAB_HOSTS = ("a", "b", "c", "d", "l")
+LAB_VTEPS = {"a": "xdp", "b": "xdp", "c": "tc", "d": "xdp", "l": "linux"}
+LAB_VNIS = (100, 200)
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def reports_in(path) -> dict:
     return {"site_report_dir": str(path), "perf_pair_report_dir": str(path)}
+
+
+def check_fabric_report(path) -> None:
+    """fabric.md names every lab VTEP and VNI and has the counters of the run; fabric.svg has a node per VTEP."""
+    report = (path / "fabric.md").read_text()
+    for host, backend in LAB_VTEPS.items():
+        assert f"| {host} | {backend} |" in report, host
+    for vni in LAB_VNIS:
+        assert f"### VNI {vni}" in report, vni
+    for host in ("a", "c"):  # c: the TC backend, the same counters
+        row = [line for line in report.splitlines() if line.startswith(f"| {host} | 100 |")]
+        assert row and int(row[0].split("|")[3]) > 0, f"VTEP {host} counted VNI 100 frames from the overlay checks"
+    assert "- l: the linux backend is the kernel's VXLAN" in report
+    svg = ET.parse(path / "fabric.svg").getroot()
+    nodes = {g.find(f"{SVG}title").text for g in svg.iter(f"{SVG}g") if g.get("class") == "node"}
+    assert nodes >= set(LAB_VTEPS), nodes
 
 
 @pytest.fixture
@@ -65,8 +86,16 @@ def test_site_runs_the_whole_job_and_converges(site_lab, tmp_path):
         assert vtep and int(vtep[0].split("|")[3]) > 0, f"VTEP {host} counted VNI 100 frames from the overlay checks"
     assert report.count("| reachable |") == len(overlay["results"])
     assert "lab-a-b: a:p3 -> b:p3" in report and "| 64 |" in report
+    check_fabric_report(tmp_path)
 
     second = lab.run_playbook("site.yml", extra_vars=reports_in(tmp_path))
     assert second.rc == 0, second
     for host in LAB_HOSTS:
         assert second.changed(host) == 0, (host, second)  # only the controller's reports are rewritten
+
+    # The fabric report of the running fabric: the fabric check and vtep_info only, so no host changes.
+    fabric = lab.run_playbook("playbooks/fabric_report.yml", extra_vars=reports_in(tmp_path / "fabric"))
+    assert fabric.rc == 0, fabric
+    for host in LAB_HOSTS:
+        assert fabric.changed(host) == 0, (host, fabric)
+    check_fabric_report(tmp_path / "fabric")
