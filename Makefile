@@ -158,7 +158,8 @@ demo: deps
 	$(BIN)/ansible-playbook $(CURDIR)/site.yml; \
 	reports=$$(find $(REPORTS_DIR) -type f -newer $$start | sort); \
 	if [ -z "$$reports" ]; then echo "demo: site.yml wrote no report under $(REPORTS_DIR)" >&2; exit 1; fi; \
-	for f in $$reports; do case "$$f" in *.md|*.txt) echo; echo "==== $$f"; cat "$$f";; esac; done; \
+	for f in $$reports; do case "$$f" in *.md|*.txt) echo; echo "==== $$f"; cat "$$f";; \
+		*.svg) echo; echo "==== picture: $$f (open it in a browser)";; esac; done; \
 	echo; echo "demo: reports written:"; printf '  %s\n' $$reports
 
 clean:
