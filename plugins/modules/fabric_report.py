@@ -21,7 +21,7 @@ description:
     another, one-sided where the other lists it; a peer address no VTEP has; a peer that does not serve the VNI);
     the fabric check's warnings; per VTEP and VNI the packets and bytes received and sent and the drops by reason,
     and per VTEP and port the drops by reason."
-  - A VTEP of the linux backend (the kernel's VXLAN) has no XDP counters: the report says so in place of its rows.
+  - A VTEP of the linux backend (the kernel's VXLAN) has no XDP counters, and the report says so in place of its rows.
   - "C(fabric.svg), drawn by graphviz's C(dot): a node per VNI and a node per VTEP (its name, backend and tunnel
     addresses, then a row per VNI it serves with the ports and, after a run, its counters), an edge from each VNI
     to each VTEP that serves it. A VTEP that dropped frames, its rows and edges with drops are red; a gap in a
