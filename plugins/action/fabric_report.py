@@ -33,6 +33,9 @@ COUNTER_FIELDS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")
 # Backends whose VTEP is an XDP data plane with the collection's counters; linux is the kernel's bridge + vxlan.
 COUNTED_BACKENDS = ("xdp", "tc")
 NO_XDP_COUNTERS = "the linux backend is the kernel's VXLAN (bridge + vxlan device): it has no XDP counters"
+# The picture has an edge and a row per VTEP and VNI it serves. Past this many, it is no longer readable, and dot
+# takes seconds to minutes (1,000: 1.4 s here; 4,000: a minute): fabric.md then has the tables without a picture.
+MAX_PICTURE_MEMBERSHIPS = 1000
 # How the picture marks what needs an operator's eye.
 ALERT_COLOR = "#c00000"
 ALERT_FILL = "#fbe0e0"
@@ -467,7 +470,13 @@ def build_report(title: str, fabric_input, counters_input) -> dict[str, bytes]:
     counters = parse_counters(counters_input, fabric)
     files = {}
     problem = None
+    memberships = sum(len(vni.members) for vni in fabric.vnis)
     try:
+        if memberships > MAX_PICTURE_MEMBERSHIPS:
+            raise PictureUnavailable(
+                f"the fabric has {memberships} VNI memberships (a VTEP serving a VNI), more than a readable picture "
+                f"holds ({MAX_PICTURE_MEMBERSHIPS}); the tables below have every one"
+            )
         files[PICTURE_FILE] = render_svg(build_dot(title, fabric, counters))
     except PictureUnavailable as exc:
         problem = str(exc)

@@ -26,8 +26,9 @@ description:
     addresses, then a row per VNI it serves with the ports and, after a run, its counters), an edge from each VNI
     to each VTEP that serves it. A VTEP that dropped frames, its rows and edges with drops are red; a gap in a
     VNI's mesh is a red dashed edge from the VTEP to the one it does not list."
-  - Without graphviz's C(dot) on the controller (or its Python package), C(fabric.md) is still written and says
-    why there is no picture; a picture left from an earlier run is removed.
+  - Without graphviz's C(dot) on the controller (or its Python package), or for a fabric of more than 1,000 VNI
+    memberships (a VTEP serving a VNI), which no picture shows readably, C(fabric.md) is still written and says why
+    there is no picture; a picture left from an earlier run is removed.
   - Runs once per play, whatever the number of hosts, and never connects to a host. Only files whose content
     differs are written.
   - "Input is validated before anything is written; a failure names the field, such as

@@ -198,6 +198,13 @@ def test_without_dot_the_markdown_says_why(monkeypatch, tmp_path):
     assert "| d | 100 | 5 | 490 | 3 | 306 | mtu 2 |" in text  # the rest of the report is there
 
 
+def test_no_picture_of_a_fabric_too_large_to_read(monkeypatch):
+    monkeypatch.setattr(fabric_report, "MAX_PICTURE_MEMBERSHIPS", 8)  # the lab has 9: 5 in VNI 100, 4 in VNI 200
+    files = fabric_report.build_report("lab fabric", fabric_fact(), None)
+    assert set(files) == {"fabric.md"}
+    assert "No picture (fabric.svg): the fabric has 9 VNI memberships" in files["fabric.md"].decode()
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
