@@ -251,6 +251,10 @@ def peer_problems(fabric: Fabric, vni: Vni) -> list[str]:
     return problems
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
 def _cell(values) -> str:
     text = ", ".join(str(value) for value in values) if isinstance(values, (list, tuple)) else str(values)
     return text.replace("|", "\\|") if text else "—"
@@ -303,8 +307,7 @@ def _drop_rows(counters: dict[str, Counters]) -> list[str]:
 
 def render_markdown(title: str, fabric: Fabric, counters: dict[str, Counters], picture_problem: str | None) -> str:
     """fabric.md. No timestamp in it, so the same fabric and counters give the same file."""
-    vnis_word = "VNI" if len(fabric.vnis) == 1 else "VNIs"
-    lines = [f"# {title}", "", f"{len(fabric.vteps)} VTEPs, {len(fabric.vnis)} {vnis_word}.", ""]
+    lines = [f"# {title}", "", f"{_count(len(fabric.vteps), 'VTEP')}, {_count(len(fabric.vnis), 'VNI')}.", ""]
     if picture_problem:
         lines += [f"No picture ({PICTURE_FILE}): {picture_problem}.", ""]
     else:
@@ -322,7 +325,7 @@ def render_markdown(title: str, fabric: Fabric, counters: dict[str, Counters], p
     for vni in fabric.vnis:
         mode = f", vlan_mode {vni.vlan_mode}" if vni.vlan_mode else ""
         lines += [
-            f"### {_vni_title(vni)}{mode}: {len(vni.members)} VTEPs",
+            f"### {_vni_title(vni)}{mode}: {_count(len(vni.members), 'VTEP')}",
             "",
             "| VTEP | access ports | trunks | peers |",
             "|---|---|---|---|",
@@ -337,7 +340,7 @@ def render_markdown(title: str, fabric: Fabric, counters: dict[str, Counters], p
         elif len(vni.members) > 1:
             lines += [f"Peers: a full mesh (each VTEP lists the {len(vni.members) - 1} others).", ""]
         else:
-            lines += ["Peers: none (one VTEP serves this VNI).", ""]
+            lines += [f"Peers: none ({'one VTEP serves' if vni.members else 'no VTEP serves'} this VNI).", ""]
 
     lines += ["## Counters after the run (summed over CPUs)", ""]
     if not counters:
@@ -411,7 +414,7 @@ def build_dot(title: str, fabric: Fabric, counters: dict[str, Counters]) -> str:
         edge_attr={"arrowhead": "none", "color": QUIET_COLOR, "fontname": "Helvetica", "fontsize": "9"},
     )
     for vni in fabric.vnis:
-        label = f"VNI {vni.vni}" + (f"\n{vni.name}" if vni.name else "") + f"\n{len(vni.members)} VTEPs"
+        label = f"VNI {vni.vni}" + (f"\n{vni.name}" if vni.name else "") + f"\n{_count(len(vni.members), 'VTEP')}"
         graph.node(f"VNI {vni.vni}", label=label, shape="box", style="rounded")
     for vtep in fabric.vteps.values():
         facts = counters.get(vtep.name)

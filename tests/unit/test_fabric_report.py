@@ -141,10 +141,23 @@ def test_markdown_names_every_gap_in_a_mesh():
     assert "Peers, not a full mesh:" in vni200 and "full mesh (each" not in vni200
 
 
-def test_markdown_shows_the_fabric_checks_warnings():
+def test_markdown_shows_the_fabric_checks_warnings_and_vnis_without_a_mesh():
     fabric = fabric_fact()
-    fabric["warnings"] = ["VNI 300 is served by b only"]
-    assert "## Warnings from the fabric check\n\n- VNI 300 is served by b only\n" in markdown(fabric)
+    fabric["warnings"] = [
+        "b: fabric_vtep.vnis[2]: VNI 300 is served by b only",
+        "fabric_vnis[3]: VNI 400 is served by no VTEP",
+    ]
+    fabric["vnis"] += [
+        {"vni": 300, "name": None, "vlan_mode": "translate", "members": {"b": {"access_ports": ["acc300"]}}},
+        {"vni": 400, "name": "spare", "vlan_mode": "translate", "members": {}},
+    ]
+    text = markdown(fabric)
+    assert "## Warnings from the fabric check\n\n- b: fabric_vtep.vnis[2]: VNI 300 is served by b only\n" in text
+    assert "Peers: none (one VTEP serves this VNI)." in section(text, "### VNI 300, vlan_mode translate: 1 VTEP")
+    assert "Peers: none (no VTEP serves this VNI)." in section(
+        text, "### VNI 400 (spare), vlan_mode translate: 0 VTEPs"
+    )
+    assert svg_nodes(fabric_report.build_report("x", fabric, None)["fabric.svg"]).keys() >= {"VNI 300", "VNI 400"}
 
 
 def test_dot_has_a_node_per_vtep_and_vni_and_an_edge_per_membership():
