@@ -6,11 +6,15 @@ counters (in the shape their readers return), the perf results of a perf.json wr
 import json
 import math
 import os
+import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
+import jinja2
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
@@ -248,3 +252,31 @@ def test_perf_results_not_in_the_shape_of_perf_json_are_refused_naming_the_field
     change(document)
     with pytest.raises(perf.PerfResultsError, match=message):
         perf.families(document, "gen1")
+
+
+ROLES = Path(__file__).resolve().parents[2] / "roles"
+UNITS = {
+    "prometheus_textfile": ("xdpfleet-metrics.service", "xdpfleet-metrics.timer"),
+    "xdp_host": ("xdpfleet-restore.service", "xdpfleet-next-hops.service"),
+}
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
+def test_the_systemd_units_pass_systemd_analyze_verify(tmp_path):
+    """The timer and its service as the roles write them with their defaults (every variable a template uses must
+    have one), beside the xdp_host role's units they are installed with. systemd-analyze verify exits 0 even on a
+    directive it ignores, so what it says counts: nothing."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
+    variables = {"ansible_managed": "Ansible managed"}
+    for role in UNITS:
+        variables.update(yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()))
+    paths = []
+    for role, units in UNITS.items():
+        for unit in units:
+            template = env.from_string((ROLES / role / "templates" / f"{unit}.j2").read_text())
+            (tmp_path / unit).write_text(template.render(**variables))
+            paths.append(str(tmp_path / unit))
+    verified = subprocess.run(["systemd-analyze", "verify", *paths], capture_output=True, text=True, check=False)
+    assert verified.returncode == 0 and not verified.stdout + verified.stderr, verified
+    timer = (tmp_path / "xdpfleet-metrics.timer").read_text()
+    assert "OnUnitActiveSec=15\n" in timer and "AccuracySec=1s\n" in timer
