@@ -27,14 +27,13 @@ description:
   - With O(perf_results), also C(<directory>/xdpfleet_perf.prom) with the results of the perf pairs the host is an end
     of (gauges by pair, end and frame size, and when they were written). The file is removed when the host is in no
     pair.
-  - The same code runs every few seconds on hosts with systemd. The xdpfleet.fabric.prometheus_textfile
-    role installs C(xdpfleet-metrics.timer) for that.
+  - On hosts with systemd the same code runs every 15 s (the role's C(prometheus_textfile_interval)) through
+    C(xdpfleet-metrics.timer), which the xdpfleet.fabric.prometheus_textfile role installs.
   - Each file is written to a temporary file in O(directory) and renamed over the old one. So node_exporter never
     reads half a file, as its documentation asks. The files are mode 0644, for node_exporter's own user.
   - C(changed) says whether a file's shape changed, not its numbers. A family or series came or went, or the file was
     created or removed. Counters move between any two reads, so the file is rewritten on every run. A run that only
     refreshed the numbers reports C(changed=false), and a second run of a playbook shows no change.
-extends_documentation_fragment: []
 author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
