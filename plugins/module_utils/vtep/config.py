@@ -335,7 +335,7 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def _ipv6_underlay(error, where: str) -> list[str] | None:
+def ipv6_underlay(error, where: str) -> list[str] | None:
     if error.validator == "format" and error.validator_value == "ipv4" and schema_words.is_ipv6(error.instance):
         address = schema_words.quote(error.instance)
         return [f"{where}: {address} is an IPv6 address; IPv6 underlay is not supported yet (IPv4 only)"]
@@ -345,7 +345,7 @@ def _ipv6_underlay(error, where: str) -> list[str] | None:
 def check_schema(document: Any) -> list[str]:
     """The schema pass alone: every problem, "<path>: <rule>", in document order of the paths. Needs jsonschema
     (imported when called, so that the dataclasses can be imported on a host without it)."""
-    return schema_words.problems(SCHEMA, document, special=_ipv6_underlay)
+    return schema_words.problems(SCHEMA, document, special=ipv6_underlay)
 
 
 # --- The checks a schema cannot express -------------------------------------------------------------------------
@@ -424,8 +424,11 @@ def _fdb_problems(path: str, entry: dict, peer_path: dict) -> list[str]:
     return problems
 
 
-def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> list[str]:
-    """The rules a schema cannot express, for a document that passed the schema. Every problem, none raised."""
+def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | None) -> list[str]:
+    """The rules a schema cannot express, for a document that passed the schema. Every problem, none raised.
+
+    interfaces None: the document's own rules alone, without the host's (interfaces that exist, their ifindex and
+    MTU), as the controller checks a fleet's documents before any host is reached."""
     problems: list[str] = []
     tunnels = document.get("tunnel_ports", [])
     vnis = document["vnis"]
@@ -600,6 +603,9 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> 
         problems.append(
             f"document: uses {len(first_use)} ports, above the data plane's limit of {VTEP_MAX_PORTS} (VTEP_MAX_PORTS)"
         )
+
+    if interfaces is None:
+        return problems
 
     # Interfaces that exist, with an ifindex the data plane can index: each problem once, at the first use.
     reported: set[str] = set()
