@@ -112,6 +112,17 @@ class Underlay:
 
     def __init__(self):
         self._pairs: dict[tuple[str, str], tuple[int, str, str] | str] = {}
+        self._by_address: dict[int, list[tuple[str, Vtep]] | None] = {}
+
+    def by_address(self, vni: int, members: list[Vtep]) -> list[tuple[str, Vtep]] | None:
+        """A VNI's VTEPs sorted by address, when each has one (then every VTEP with one tunnel port peers with
+        them in this order, through that port); None when some VTEP has several."""
+        if vni not in self._by_address:
+            ordered = None
+            if all(len(p.addresses) == 1 for p in members):
+                ordered = [(p.addresses[0].ip, p) for p in sorted(members, key=lambda p: p.addresses[0].value)]
+            self._by_address[vni] = ordered
+        return self._by_address[vni]
 
     def peer(self, h: Vtep, p: Vtep) -> tuple[int, str, str] | str:
         """(P's address as an integer, as text, H's port towards it), or why none can be derived."""
@@ -191,6 +202,11 @@ def document(h: Vtep, members: dict[int, list[Vtep]], vlan_modes: dict[int, str]
                 out[key] = [dict(item) if isinstance(item, dict) else item for item in entry[key]]
         if "peers" in entry:
             out["peers"] = [dict(peer) for peer in entry["peers"]]
+        elif len(h.addresses) == 1 and underlay.by_address(vni, members[vni]) is not None:
+            port = h.addresses[0].port
+            peers = [{"ip": ip, "via": port} for ip, p in underlay.by_address(vni, members[vni]) if p is not h]
+            if peers:
+                out["peers"] = peers
         else:
             peers = []
             for p in members.get(vni, ()):

@@ -15,8 +15,8 @@ host_tuning_nics) and the fabric's (fabric_vnis, fabric_mtu), derives the docume
 Warnings: a VNI served by one VTEP (or none), a host with both fabric_vtep and vtep_config (vtep_config wins).
 
 Each problem is "<host>: <field path>: <rule>"; a fabric variable's problems start with its name. The shape
-(schemas and each host's own rules) is checked first; the fleet rules only when every host's part is sound, as
-they need every host's addresses and VNIs.
+(schemas and each host's own rules) is checked first, then the tunnel addresses; the documents and the other fleet
+rules only when those are sound, as they need every host's addresses and VNIs.
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ class _Paths:
         self.root = vtep.root
         self.document = document
         # the VNI entries whose peers the model derived
-        self.derived = (
-            {i for i, entry in enumerate(vtep.spec["vnis"]) if "peers" not in entry} if vtep.source == "model" else set()
-        )
+        self.derived = set()
+        if vtep.source == "model":
+            self.derived = {i for i, entry in enumerate(vtep.spec["vnis"]) if "peers" not in entry}
 
     def path(self, path: str) -> str:
         if path == "document":
@@ -145,6 +145,8 @@ def check(hosts: dict[str, dict], fabric_vnis, fabric_mtu) -> Fabric:
                 )
             else:
                 owner.setdefault(address.value, (vtep.host, address.path))
+    if fabric.problems:  # peers cannot be derived to an address that two VTEPs claim
+        return fabric
     fabric_vni = {entry["vni"]: (i, entry) for i, entry in enumerate(fabric_vnis)}
     vlan_modes = {vni: entry["vlan_mode"] for vni, (_, entry) in fabric_vni.items() if "vlan_mode" in entry}
     members: dict[int, list[derive.Vtep]] = {}

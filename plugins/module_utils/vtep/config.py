@@ -42,6 +42,7 @@ addresses are rejected with a message saying so.
 from __future__ import annotations
 
 import difflib
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
@@ -365,6 +366,14 @@ def _address_problem(address: ipaddress.IPv4Address) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=65536)
+def _unicast(text: str) -> tuple[ipaddress.IPv4Address, str | None]:
+    """An address of the document and why it cannot be a tunnel's or a peer's (None: it can). Cached: a fleet's
+    documents name the same few thousand addresses hundreds of thousands of times."""
+    address = ipaddress.IPv4Address(text)
+    return address, _address_problem(address)
+
+
 def _mac_problem(mac: str) -> str | None:
     if int(mac[:2], 16) & 1:
         return "is a multicast MAC address"
@@ -416,7 +425,7 @@ def _fdb_problems(path: str, entry: dict, peer_path: dict) -> list[str]:
                 f"{fpath}.port: {item['port']} is not a local port of VNI {entry['vni']} "
                 f"(its access ports and trunks: {_names(sorted(local)) or 'none'})"
             )
-        elif "remote" in item and ipaddress.IPv4Address(item["remote"]) not in peer_path:
+        elif "remote" in item and int(ipaddress.IPv4Address(item["remote"])) not in peer_path:
             peers = _names(p["ip"] for p in entry.get("peers", [])) or "none"
             problems.append(
                 f"{fpath}.remote: {item['remote']} is not a peer of VNI {entry['vni']} (its peers: {peers})"
@@ -459,7 +468,8 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | No
 
     # Tunnel ports.
     tunnel_path: dict[str, str] = {}
-    local_ips: dict[ipaddress.IPv4Address, tuple[str, str]] = {}  # address -> (tunnel port, path)
+    # Addresses as integers in these tables: an IPv4Address hashes slowly, and a fleet's documents hold a million.
+    local_ips: dict[int, tuple[str, str]] = {}  # address -> (tunnel port, path)
     for i, tunnel in enumerate(tunnels):
         path, name = f"tunnel_ports[{i}]", tunnel["port"]
         if name in tunnel_path:
@@ -470,18 +480,17 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | No
         else:
             tunnel_path[name] = path
             use(name, "tunnel", f"{path}.port", None)
-        address = ipaddress.IPv4Address(tunnel["local_ip"])
-        bad = _address_problem(address)
+        address, bad = _unicast(tunnel["local_ip"])
         if bad:
             problems.append(f"{path}.local_ip: {address} {bad}; a tunnel's local IP must be a unicast address")
-        elif address in local_ips:
+        elif int(address) in local_ips:
             problems.append(
-                f"{path}.local_ip: {address} is already the local IP of {local_ips[address][0]} "
-                f"({local_ips[address][1]}); "
+                f"{path}.local_ip: {address} is already the local IP of {local_ips[int(address)][0]} "
+                f"({local_ips[int(address)][1]}); "
                 "each tunnel port has its own local IP"
             )
         else:
-            local_ips[address] = (name, f"{path}.local_ip")
+            local_ips[int(address)] = (name, f"{path}.local_ip")
 
     # VNIs.
     vni_path: dict[int, str] = {}
@@ -555,28 +564,28 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | No
                 "because the tag stays inside the tunnelled frame (vlan_mode translate removes and adds tags)"
             )
 
-        peer_path: dict[ipaddress.IPv4Address, str] = {}
+        peer_path: dict[int, str] = {}
         for j, peer in enumerate(peers):
             ppath, via = f"{path}.peers[{j}]", peer["via"]
-            address = ipaddress.IPv4Address(peer["ip"])
+            address, bad = _unicast(peer["ip"])
+            key = int(address)
             if via not in tunnel_path:
                 problems.append(f"{ppath}.via: {via} is not a declared tunnel port (declared: {declared})")
-            bad = _address_problem(address)
             if bad:
                 problems.append(f"{ppath}.ip: {address} {bad}; a peer must be a unicast address")
-            elif address in local_ips:
+            elif key in local_ips:
                 problems.append(
-                    f"{ppath}.ip: {address} is this host's own tunnel address on {local_ips[address][0]} "
-                    f"({local_ips[address][1]}); "
+                    f"{ppath}.ip: {address} is this host's own tunnel address on {local_ips[key][0]} "
+                    f"({local_ips[key][1]}); "
                     "a peer is a remote VTEP"
                 )
-            if address in peer_path:
+            if key in peer_path:
                 problems.append(
-                    f"{ppath}.ip: peer {address} is listed twice in VNI {vni} (also {peer_path[address]}); "
+                    f"{ppath}.ip: peer {address} is listed twice in VNI {vni} (also {peer_path[key]}); "
                     "a remote VTEP is a peer of a VNI once"
                 )
             else:
-                peer_path[address] = ppath
+                peer_path[key] = ppath
             mac = peer.get("mac")
             bad = _mac_problem(mac.lower()) if mac is not None else None
             if bad:
