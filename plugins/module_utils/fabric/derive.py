@@ -2,11 +2,13 @@
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 """Each VTEP's document from the fabric model: its peers derived, none written by hand.
 
-The peers of a VNI on host H are every other VTEP that serves the VNI, sorted by address. For each pair (H, P):
-when a tunnel port of H and an address of P share H's connected subnet, H sends through that port to that address
-(the lab's hub); otherwise H's routes (the longest prefix) or H's only tunnel port pick the port, and P's address
-is the one P sends from towards H: its only one, the one its routes pick, or, for a hand-written document, the
-local address of the port its own peer entry for H goes through.
+The peers of a VNI on host H are every other VTEP that serves the VNI, sorted by address. For each pair (H, P),
+H's port towards an address of P is the one on whose connected subnet the address is (the lab's hub), else the
+one H's routes pick (the longest prefix; for a hand-written document, the port of its own peer entry for that
+address), else H's only tunnel port. P is listed at the address it sends from towards H, which is the address of
+its port towards H: the pair of addresses is the one where each side's port towards the other is the port of its
+own address (the lowest of P's addresses when several fit). With one tunnel port each, that is P's only address
+through H's only port.
 
 Addresses are kept as integers: a fleet of a thousand VTEPs resolves its pairs by arithmetic, not by ipaddress
 objects.
@@ -136,48 +138,55 @@ class Underlay:
 
     @staticmethod
     def _resolve(h: Vtep, p: Vtep) -> tuple[int, str, str] | str:
-        shared = {(mine.port, theirs) for mine in h.addresses for theirs in p.addresses if mine.reaches(theirs.value)}
-        if len({port for port, _ in shared}) > 1:
-            ports = ", ".join(sorted({port for port, _ in shared}))
-            return (
-                f"the connected subnets of {ports} overlap and each holds an address of {p.host}, so the port "
-                f"towards {p.host} cannot be chosen; give the tunnel addresses subnets that do not overlap"
-            )
-        if shared:
-            port, theirs = min(shared, key=lambda pair: pair[1].value)
-            return theirs.value, theirs.ip, port
-        theirs = _source_towards(p, h)
-        if isinstance(theirs, str):
-            return theirs
-        if len(h.addresses) == 1:
-            return theirs.value, theirs.ip, h.addresses[0].port
-        route = h.route(theirs.value)
-        if route is None:
-            return (
-                f"{h.host} has several tunnel ports ({', '.join(a.port for a in h.addresses)}), none on a subnet of "
-                f"{p.host}'s address {theirs.ip}, and no route in {h.root}.routes covers it: add one"
-            )
-        return theirs.value, theirs.ip, route.via
+        """The pair of addresses (H's, P's) where each side's port towards the other's address is the one that
+        address is on: H sends from the address P lists it by, and P from the one H lists. Lowest P address first
+        when several pairs fit."""
+        fitting = []
+        for theirs in p.addresses:
+            port, why = _port_towards(h, theirs.value, theirs.ip, p.host)
+            if why:
+                return why
+            for mine in h.addresses:
+                if mine.port != port:
+                    continue
+                back, why = _port_towards(p, mine.value, mine.ip, h.host)
+                if why:
+                    return why
+                if back == theirs.port:
+                    fitting.append((theirs.value, theirs.ip, port))
+        if fitting:
+            return min(fitting)
+        return (
+            f"no address pair fits: {h.host} sends to {p.host} from an address {p.host} does not send back to (or "
+            f"knows no port for), given their tunnel ports' subnets and routes: make the routes of {h.host} and "
+            f"{p.host} agree"
+        )
 
 
-def _source_towards(p: Vtep, h: Vtep) -> TunnelAddress | str:
-    """The address P sends from towards H: its only one, the one its routes pick, or (a hand-written document) the
-    local address of the port its own peer entry for H goes through."""
-    if len(p.addresses) == 1:
-        return p.addresses[0]
-    for mine in h.addresses:
-        if p.source == "model":
-            route = p.route(mine.value)
-            port = route.via if route else None
-        else:
-            port = p.sends_via.get(mine.value)
-        if port is not None and p.address_on(port) is not None:
-            return p.address_on(port)
-    how = "no route in fabric_vtep.routes" if p.source == "model" else "no peer entry in vtep_config"
-    return (
-        f"{p.host} has several tunnel ports ({', '.join(a.port for a in p.addresses)}) and {how} covers "
-        f"{h.host}'s tunnel address, so the address {p.host} sends from towards {h.host} is unknown"
-    )
+def _port_towards(x: Vtep, value: int, ip: str, other: str) -> tuple[str | None, str | None]:
+    """(X's port towards the address, None) or (None, why not): the port on whose connected subnet the address is,
+    else X's routes (longest prefix; a hand-written document: the port of its peer entry for the address), else
+    X's only tunnel port."""
+    connected = {a.port for a in x.addresses if a.reaches(value)}
+    if len(connected) > 1:
+        return None, (
+            f"the connected subnets of {x.host}'s {', '.join(sorted(connected))} overlap and each holds {other}'s "
+            f"address {ip}, so the port towards {other} cannot be chosen; give the tunnel addresses subnets that "
+            "do not overlap"
+        )
+    if connected:
+        return connected.pop(), None
+    if x.source == "model":
+        route = x.route(value)
+        if route is not None:
+            return route.via, None
+    elif value in x.sends_via:
+        return x.sends_via[value], None
+    if len(x.addresses) == 1:
+        return x.addresses[0].port, None
+    how = f"no route in {x.root}.routes covers it" if x.source == "model" else "no peer entry in vtep_config names it"
+    ports = ", ".join(a.port for a in x.addresses)
+    return None, f"{x.host} has several tunnel ports ({ports}), none on a subnet of {other}'s address {ip}, and {how}"
 
 
 def document(h: Vtep, members: dict[int, list[Vtep]], vlan_modes: dict[int, str], underlay: Underlay):

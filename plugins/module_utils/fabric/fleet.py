@@ -161,7 +161,7 @@ def check(hosts: dict[str, dict], fabric_vnis, fabric_mtu) -> Fabric:
 
     # The documents: derived, or as written.
     underlay = derive.Underlay()
-    unreachable: set[tuple[str, str]] = set()
+    unreachable: set[frozenset] = set()
     for vtep in vteps.values():
         if vtep.source == "vtep_config":
             fabric.documents[vtep.host] = vtep.spec
@@ -169,8 +169,8 @@ def check(hosts: dict[str, dict], fabric_vnis, fabric_mtu) -> Fabric:
         document, pairs = derive.document(vtep, members, vlan_modes, underlay)
         fabric.documents[vtep.host] = document
         for other, why in pairs:
-            if (vtep.host, other) not in unreachable:
-                unreachable.add((vtep.host, other))
+            if frozenset((vtep.host, other)) not in unreachable:  # once per pair: the same reason either way
+                unreachable.add(frozenset((vtep.host, other)))
                 fabric.problems.append(f"{vtep.host}: fabric_vtep.tunnel_ports: no port towards {other}: {why}")
         problems = vtep_config.semantic_problems(document, None)
         if problems:
