@@ -46,12 +46,21 @@ class ActionModule(ActionBase):
         self.validate_argument_spec(argument_spec={})
         hostvars = task_vars["hostvars"]
         hosts = {}
+        # The fabric's variables as the first VTEP of the model has them (group vars of the VTEPs), else as the
+        # host this task runs for has them.
+        fabric_vars = task_vars
         for host in task_vars["groups"]["all"]:
             variables = hostvars[host]
             if "fabric_vtep" not in variables and "vtep_config" not in variables:
                 continue
             hosts[host] = {name: plain(variables[name]) if name in variables else None for name in HOST_VARIABLES}
-        fabric = fleet.check(hosts, plain(task_vars.get("fabric_vnis")), plain(task_vars.get("fabric_mtu")))
+            if fabric_vars is task_vars and hosts[host]["fabric_vtep"]:
+                fabric_vars = variables
+        fabric = fleet.check(
+            hosts,
+            plain(fabric_vars["fabric_vnis"]) if "fabric_vnis" in fabric_vars else None,
+            plain(fabric_vars["fabric_mtu"]) if "fabric_mtu" in fabric_vars else None,
+        )
         if fabric.problems:
             listed = "\n".join(f"- {problem}" for problem in fabric.problems)
             warned = "".join(f"\nwarning: {warning}" for warning in fabric.warnings)

@@ -35,8 +35,8 @@ description:
   - Run it with C(run_once) on the VTEP hosts' play (the fact then reaches every host of the play) before anything
     changes a host; C(playbooks/vtep.yml) and C(site.yml) start with it. MTUs come from C(fabric_vtep.mtu), else
     C(host_tuning_nics)' C(mtu) for the port, else C(fabric_mtu) (1500 when unset).
-  - C(fabric_vnis) and C(fabric_mtu) are read from the variables of the host the task runs for, so define them for
-    every VTEP (group vars).
+  - C(fabric_vnis) and C(fabric_mtu) are read from the variables of the first host of the inventory with a
+    C(fabric_vtep) (else of the host the task runs for), so define them once for every VTEP (group vars).
 author:
   - xdpfleet developers (!UNKNOWN)
 options: {}

@@ -25,7 +25,7 @@ def write_inventory(root: Path, group: dict, hosts: dict) -> Path:
     (root / "group_vars" / "all").mkdir(parents=True)
     (root / "host_vars").mkdir()
     connection = {"ansible_host": NOBODY, "ansible_ssh_common_args": "-o ConnectTimeout=1"}
-    (root / "hosts.yml").write_text(yaml.safe_dump({"all": {"vars": connection, "hosts": dict.fromkeys(hosts, {})}}))
+    (root / "hosts.yml").write_text(yaml.safe_dump({"all": {"vars": connection, "hosts": {h: {} for h in hosts}}}))
     (root / "group_vars" / "all" / "vtep.yml").write_text(yaml.safe_dump(group, sort_keys=False))
     for host, variables in hosts.items():
         kept = {name: value for name, value in variables.items() if value is not None}
