@@ -31,6 +31,7 @@ CONFIGURE = {
 }
 HEALTH = "xdpfleet.fabric.vtep : Require every probe answered and the counters grown"
 FABRIC_CHECK = "Derive every VTEP's document and check the fleet"
+LAB_CHECK = "Check that each lab host of this run is running"
 PEERS_MAP = "/sys/fs/bpf/xdpfleet/vtep/maps/tunnel_peers"
 WRONG_MAC = "02:00:00:00:de:ad"
 
@@ -122,7 +123,7 @@ def test_a_refused_fleet_leaves_the_running_vteps_as_they_were(rollout_lab):
         refused = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT)
     assert refused.rc != 0, refused
     assert "- c: fabric_vtep.vnis[1].vni: VNI 300 is not in fabric_vnis" in refused.messages(), refused
-    assert [t["task"] for t in refused.tasks] == [FABRIC_CHECK], "nothing ran on any host"
+    assert [t["task"] for t in refused.tasks] == [LAB_CHECK, FABRIC_CHECK], "nothing ran on any host"
     assert refused.changed() == 0
     assert ping(lab, "c200", "198.51.100.177") == 0  # c still serves VNI 200
     assert {h: lab.host_exec(h, ["bpftool", "-j", "map", "dump", "pinned", PEERS_MAP]).stdout for h in "ab"} == before
