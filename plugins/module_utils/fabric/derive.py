@@ -228,7 +228,7 @@ def document(h: Vtep, members: dict[int, list[Vtep]], vlan_modes: dict[int, str]
                     peers.append(found)
             peers.sort()
             if peers:
-                out["peers"] = [{"ip": ip, "via": via} for _, ip, via in peers]
+                out["peers"] = [{"ip": ip, "via": via} for _value, ip, via in peers]
         if "fdb" in entry:
             out["fdb"] = [dict(item) for item in entry["fdb"]]
         vnis.append(out)

@@ -75,7 +75,7 @@ class _Paths:
         return out
 
     def message(self, host: str, message: str) -> str:
-        head, _, rest = message.partition(": ")
+        head, _colon, rest = message.partition(": ")
         rest = _INNER_PATH.sub(lambda m: self.path(m.group(1)), rest)
         return f"{host}: {self.path(head)}: {rest}"
 
@@ -148,7 +148,7 @@ def check(hosts: dict[str, dict], fabric_vnis, fabric_mtu) -> Fabric:
     if fabric.problems:  # peers cannot be derived to an address that two VTEPs claim
         return fabric
     fabric_vni = {entry["vni"]: (i, entry) for i, entry in enumerate(fabric_vnis)}
-    vlan_modes = {vni: entry["vlan_mode"] for vni, (_, entry) in fabric_vni.items() if "vlan_mode" in entry}
+    vlan_modes = {vni: entry["vlan_mode"] for vni, (_index, entry) in fabric_vni.items() if "vlan_mode" in entry}
     members: dict[int, list[derive.Vtep]] = {}
     for vtep in vteps.values():
         for vni, i in _entries(vtep.spec).items():
@@ -195,7 +195,7 @@ def _written_peers(vtep: derive.Vtep, vni: int, document: dict) -> tuple[int, li
 def _peer_problems(vteps, members, owner, documents) -> list[str]:
     """Hand-written peers: each a VTEP of the VNI, and listed back by it."""
     problems = []
-    by_ip = {value: host for value, (host, _) in owner.items()}
+    by_ip = {value: host for value, (host, _path) in owner.items()}
     for vni, serving in members.items():
         serving_hosts = {v.host for v in serving}
         listed: dict[str, set[str]] = {}  # host -> the hosts its hand-written peers are
@@ -256,7 +256,7 @@ def _vlan_problems(vteps, members, fabric_vni, documents) -> list[str]:
             where = f"fabric_vnis[{fabric_vni[vni][0]}]"
         else:
             reference_mode, where = seen[0][3], f"{seen[0][0].host}"
-        wrong = [(v, i) for v, i, _, mode in seen if mode != reference_mode]
+        wrong = [(v, i) for v, i, _entry, mode in seen if mode != reference_mode]
         for vtep, i in wrong:
             problems.append(
                 f"{vtep.host}: {vtep.root}.vnis[{i}]: VNI {vni} is in vlan_mode "
@@ -267,7 +267,7 @@ def _vlan_problems(vteps, members, fabric_vni, documents) -> list[str]:
         if wrong or reference_mode != "preserve":
             continue
         kind = vid = None  # the first VTEP's: (kind, host), (VID, host)
-        for vtep, i, entry, _ in seen:
+        for vtep, i, entry, _mode in seen:
             path = f"{vtep.root}.vnis[{i}]"
             here = "trunks" if entry.get("trunks") else "access_ports" if entry.get("access_ports") else None
             if here is None:
@@ -314,7 +314,7 @@ def _mtu_problems(hosts, vteps, members, documents, fabric_mtu) -> list[str]:
         carried = []  # (vtep, tunnel port)
         for vtep in serving:
             document = documents[vtep.host]
-            _, entry = _vni_entry(vtep, document, vni)
+            entry = _vni_entry(vtep, document, vni)[1]
             trunks = entry.get("trunks", [])
             tagged = tagged or (bool(trunks) and vtep_config.vlan_mode(document, entry) == "preserve")
             for port in (*entry.get("access_ports", []), *(t["port"] for t in trunks)):
@@ -361,7 +361,7 @@ def _report(fabric: Fabric, vteps, members, fabric_vni) -> None:
         row = {"vni": vni, "name": settings.get("name"), "members": {}}
         for vtep in serving:
             document = fabric.documents[vtep.host]
-            _, entry = _vni_entry(vtep, document, vni)
+            entry = _vni_entry(vtep, document, vni)[1]
             row.setdefault("vlan_mode", vtep_config.vlan_mode(document, entry))
             row["members"][vtep.host] = {
                 "access_ports": list(entry.get("access_ports", [])),
