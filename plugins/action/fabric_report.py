@@ -285,7 +285,8 @@ def _counter_rows(fabric: Fabric, counters: dict[str, Counters]) -> tuple[list[s
             continue
         facts = counters.get(vtep.name)
         if facts is None:
-            notes.append(f"- {vtep.name}: not read in this run.")
+            if counters:  # else the report says once that none were read
+                notes.append(f"- {vtep.name}: not read in this run.")
             continue
         if not facts.deployed:
             notes.append(f"- {vtep.name}: no VTEP deployed on the host.")
