@@ -43,7 +43,7 @@ QUIET_COLOR = "#808080"
 
 
 class ReportInputError(ValueError):
-    """Bad input; the message starts with the field: `fabric.vteps.a.tunnel_ips: required`."""
+    """Bad input; the message starts with the field: `fabric.vteps.a.vnis: required`."""
 
 
 class PictureUnavailable(RuntimeError):

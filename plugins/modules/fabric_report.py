@@ -32,7 +32,7 @@ description:
   - Runs once per play, whatever the number of hosts, and never connects to a host. Only files whose content
     differs are written.
   - "Input is validated before anything is written; a failure names the field, such as
-    C(fabric.vteps.a.tunnel_ips: required)."
+    C(fabric.vteps.a.vnis: required)."
 requirements:
   - the Python package graphviz on the controller (a dependency in pyproject.toml) and graphviz's C(dot) for the
     picture
