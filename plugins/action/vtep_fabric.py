@@ -18,6 +18,8 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.fabric import flee
 
 # The variables of a host the fleet check reads.
 HOST_VARIABLES = ("fabric_vtep", "vtep_config", "vtep_backend", "host_tuning_nics")
+# The fabric's own variables, read once (from the first VTEP of the model) and required the same on every other.
+FABRIC_VARIABLES = ("fabric_vnis", "fabric_mtu")
 
 
 def plain(value):
@@ -47,20 +49,29 @@ class ActionModule(ActionBase):
         hostvars = task_vars["hostvars"]
         hosts = {}
         # The fabric's variables as the first VTEP of the model has them (group vars of the VTEPs), else as the
-        # host this task runs for has them.
-        fabric_vars = task_vars
+        # host this task runs for has them; every other VTEP of the model must see the same.
+        fabric_host, fabric_vars = None, None
+        differing = []
         for host in task_vars["groups"]["all"]:
             variables = hostvars[host]
             if "fabric_vtep" not in variables and "vtep_config" not in variables:
                 continue
             hosts[host] = {name: plain(variables[name]) if name in variables else None for name in HOST_VARIABLES}
-            if fabric_vars is task_vars and hosts[host]["fabric_vtep"]:
-                fabric_vars = variables
-        fabric = fleet.check(
-            hosts,
-            plain(fabric_vars["fabric_vnis"]) if "fabric_vnis" in fabric_vars else None,
-            plain(fabric_vars["fabric_mtu"]) if "fabric_mtu" in fabric_vars else None,
-        )
+            if not hosts[host]["fabric_vtep"]:
+                continue
+            seen = {name: plain(variables[name]) if name in variables else None for name in FABRIC_VARIABLES}
+            if fabric_vars is None:
+                fabric_host, fabric_vars = host, seen
+            differing += [
+                f"{host}: {name}: differs from the {name} of {fabric_host}; a fabric has one {name} (define it once "
+                "for every VTEP, e.g. in group_vars/all)"
+                for name in FABRIC_VARIABLES
+                if seen[name] != fabric_vars[name]
+            ]
+        if fabric_vars is None:
+            fabric_vars = {name: plain(task_vars[name]) if name in task_vars else None for name in FABRIC_VARIABLES}
+        fabric = fleet.check(hosts, fabric_vars["fabric_vnis"], fabric_vars["fabric_mtu"])
+        fabric.problems[:0] = differing
         if fabric.problems:
             listed = "\n".join(f"- {problem}" for problem in fabric.problems)
             warned = "".join(f"\nwarning: {warning}" for warning in fabric.warnings)

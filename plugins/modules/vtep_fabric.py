@@ -36,7 +36,8 @@ description:
     changes a host; C(playbooks/vtep.yml) and C(site.yml) start with it. MTUs come from C(fabric_vtep.mtu), else
     C(host_tuning_nics)' C(mtu) for the port, else C(fabric_mtu) (1500 when unset).
   - C(fabric_vnis) and C(fabric_mtu) are read from the variables of the first host of the inventory with a
-    C(fabric_vtep) (else of the host the task runs for), so define them once for every VTEP (group vars).
+    C(fabric_vtep) (else of the host the task runs for), so define them once for every VTEP (group vars); a VTEP of
+    the model that sees other values (group vars of another group, host vars) is refused, naming it.
 author:
   - xdpfleet developers (!UNKNOWN)
 options: {}

@@ -60,6 +60,18 @@ def test_an_invalid_fleet_is_refused_before_any_host_is_touched(refused, name):
     assert all(stats["changed"] == 0 and stats["unreachable"] == 0 for stats in result.stats.values()), result
 
 
+def test_a_vtep_that_sees_another_fabric_vnis_is_refused(tmp_path):
+    """fabric_vnis is read once, from the first VTEP of the model (a): c, whose host vars give VNI 100 another
+    vlan_mode, would be configured as if it had a's. Refused, naming c and the variable."""
+    group, hosts = invalid(lambda group, hosts: None)
+    hosts["c"]["fabric_vnis"] = [{"vni": 100, "vlan_mode": "preserve"}, {"vni": 200}]
+    result = run_playbook(REPO / "playbooks" / "vtep.yml", write_inventory(tmp_path / "inventory", group, hosts))
+    assert result.rc != 0, result
+    assert "- c: fabric_vnis: differs from the fabric_vnis of a; a fabric has one fabric_vnis" in result.messages()
+    assert "fabric_mtu" not in result.messages()
+    assert [(t["task"], t["status"]) for t in result.tasks] == [(LAB_CHECK, "skipped"), (CHECK_TASK, "failed")], result
+
+
 def test_the_lab_fleet_itself_passes_the_check(tmp_path):
     """The same inventory with the lab's own fleet: the check passes, and every host gets the fact (a play that
     stops after the check, so no host is contacted)."""
