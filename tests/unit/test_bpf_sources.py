@@ -7,6 +7,7 @@ import stat
 import pytest
 
 from ansible_collections.xdpfleet.fabric.plugins.action.bpf_sources import BPF_DIR, read_tree
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import sources
 
 TREE = {
@@ -191,3 +192,18 @@ def test_the_action_reads_every_file_of_the_collections_bpf_tree():
     assert "vtep/vtep.c" in on_disk and "include/xdpfleet_parse.h" in on_disk
     with open(os.path.join(BPF_DIR, "vtep", "vtep.c"), encoding="utf-8") as f:
         assert next(e for e in tree if e["path"] == "vtep/vtep.c")["content"] == f.read()
+
+
+def test_the_compile_cache_still_hits_after_a_repair(tmp_path):
+    """The collection's own tree, as the action passes it: a run that repairs a mode, removes a stale file or finds
+    nothing to do leaves the compile's input as it was, so the object built before is used (clang, no root)."""
+    dest, cache = tmp_path / "src", str(tmp_path / "cache")
+    tree = sources.tree_of(read_tree(BPF_DIR))
+    install(dest, tree)
+    source, include = str(dest / "counter" / "counter.c"), [str(dest / "include")]
+    first, built = bpf_build.compile_object(source, cache, include)
+    assert built
+    os.chmod(dest / "include" / "xdpfleet_parse.h", 0o644)
+    (dest / "include" / "stale.h").write_text("/* not shipped */\n")
+    assert install(dest, tree).changed
+    assert bpf_build.compile_object(source, cache, include) == (first, False)
