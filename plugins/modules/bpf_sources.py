@@ -17,8 +17,12 @@ description:
   - Each file gets mode O(mode), each directory O(directory_mode), all owned by the user the module runs as (root
     with become). A file is rewritten only when its content differs, through a temporary file renamed over it, so a
     compile reads the old file or the new one, whole; its mode or owner are set when only they differ.
-  - Anything else under O(dest) is removed (a file a newer collection no longer ships, a temporary file an
-    interrupted run left), after the new files are in place.
+  - "What an earlier run installed and the tree no longer has is removed, after the new files are in place: a file
+    a newer collection no longer ships (then its directory, once nothing else is in it), and a temporary file an
+    interrupted run left. The manifest C(<dest>/.xdpfleet-sources) lists the files installed; nothing else under
+    O(dest) is removed, so a directory given by mistake loses nothing."
+  - A directory where a file of the tree goes is an error; a file or a symbolic link where a directory or a file of
+    the tree goes is replaced (a link is never followed inside O(dest)).
   - With O(state_dir), that directory is created too (or its mode and owner repaired); with O(bpffs), bpffs is
     mounted there when it is not.
 author:
@@ -94,9 +98,11 @@ files:
   returned: always
   type: list
   elements: str
-  sample: [vtep/, vtep/vtep.c, vtep/vtep.h]
+  sample: [.xdpfleet-sources, vtep/, vtep/vtep.c, vtep/vtep.h]
 removed:
-  description: The entries removed from O(dest), which the collection does not ship; directories end with C(/).
+  description:
+    - The entries removed from O(dest), which an earlier run installed and the collection no longer ships, and
+      leftover temporary files; directories end with C(/).
   returned: always
   type: list
   elements: str

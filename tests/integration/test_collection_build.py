@@ -183,11 +183,13 @@ def test_xdp_host_role_from_the_installed_collection(installed, tmp_path):
     assert (state.stat().st_mode & 0o777) == 0o700
     assert recap(run(cmd, installed.env, installed.workdir)) == (0, 0), "second run changed something"
 
-    # Nothing is written while the host's copy matches; a changed file, mode or owner is put back, and a file the
-    # collection does not ship is removed.
+    # Nothing is written while the host's copy matches; a changed file, mode or owner is put back, and a file an
+    # older collection installed (its manifest lists it) and this one does not ship is removed.
     copied.write_bytes(copied.read_bytes() + b"/* edited on the host */\n")
     retired = state / "src" / "include" / "retired.h"
     retired.write_text("/* a header an older collection shipped */\n")
+    manifest = state / "src" / ".xdpfleet-sources"
+    manifest.write_text(manifest.read_text() + "include/retired.h\n")
     header = state / "src" / "include" / "xdpfleet_parse.h"
     header.chmod(0o644)
     os.chown(state / "src" / "vtep" / "vtep.h", 65534, 65534)

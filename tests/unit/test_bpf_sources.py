@@ -33,7 +33,7 @@ def test_a_fresh_host_gets_the_tree_private_and_a_second_run_changes_nothing(tmp
     check = sources.plan(str(dest), TREE, state_dir=str(state))
     assert not state.exists(), "plan() only reads"
     assert check.directories == [str(state), str(dest)]
-    assert check.files == sorted(["counter/", "include/", "vtep/", *TREE])
+    assert check.files == sorted(["counter/", "include/", "vtep/", *TREE, sources.MANIFEST])
     assert check.removed == []
 
     done = install(dest, state_dir=str(state))
@@ -42,6 +42,7 @@ def test_a_fresh_host_gets_the_tree_private_and_a_second_run_changes_nothing(tmp
         assert (dest / rel).read_bytes() == content
         assert mode(dest / rel) == 0o600
         assert (os.lstat(dest / rel).st_uid, os.lstat(dest / rel).st_gid) == (os.geteuid(), os.getegid())
+    assert (dest / sources.MANIFEST).read_text() == "".join(f"{rel}\n" for rel in sorted(TREE))
     for directory in (state, dest, dest / "vtep", dest / "include"):
         assert mode(directory) == 0o700
     assert not sources.plan(str(dest), TREE, state_dir=str(state)).changed
@@ -73,19 +74,32 @@ def test_only_what_differs_is_rewritten_or_repaired(tmp_path):
     assert not sources.plan(str(dest), TREE).changed
 
 
-def test_what_the_collection_does_not_ship_is_removed(tmp_path):
+def test_what_an_earlier_run_installed_and_the_collection_no_longer_ships_is_removed(tmp_path):
     dest = tmp_path / "src"
-    install(dest)
-    (dest / "old").mkdir()
-    (dest / "old" / "retired.h").write_text("/* gone from the collection */\n")
-    (dest / "vtep" / ".vtep.c.k2j3h4").write_text("a temporary file an interrupted run left")
-    (dest / "notes.txt").write_text("x")
+    install(dest, {**TREE, "old/retired.h": b"/* gone from the collection */\n", "mixed/retired.h": b""})
+    (dest / "mixed" / "mine.txt").write_text("a user's file in a directory of ours")
+    (dest / "vtep" / ".vtep.c.k2j3h4ab").write_text("what a killed run left")
+    (dest / "notes.txt").write_text("a user's file")
+    (dest / "vtep" / ".notes.k2j3h4ab").write_text("not a leftover of ours")
 
     todo = install(dest)
-    assert todo.files == []
-    assert todo.removed == ["notes.txt", "old/", "old/retired.h", "vtep/.vtep.c.k2j3h4"]
-    assert sorted(os.listdir(dest)) == ["counter", "include", "vtep"]
-    assert sorted(os.listdir(dest / "vtep")) == ["vtep.c", "vtep.h"]
+    assert todo.files == [sources.MANIFEST]
+    assert todo.removed == ["mixed/retired.h", "old/", "old/retired.h", "vtep/.vtep.c.k2j3h4ab"]
+    assert sorted(os.listdir(dest)) == [sources.MANIFEST, "counter", "include", "mixed", "notes.txt", "vtep"]
+    assert sorted(os.listdir(dest / "mixed")) == ["mine.txt"], "a directory with someone else's file stays"
+    assert sorted(os.listdir(dest / "vtep")) == [".notes.k2j3h4ab", "vtep.c", "vtep.h"]
+    assert not sources.plan(str(dest), TREE).changed
+
+
+def test_a_directory_pointed_at_by_mistake_loses_nothing(tmp_path):
+    """/opt or /usr/local as the destination: the tree is added, nothing that was there is removed."""
+    dest = tmp_path / "opt"
+    (dest / "include").mkdir(parents=True)
+    (dest / "include" / "theirs.h").write_text("x")
+    (dest / "tool").write_text("x")
+    todo = install(dest)
+    assert todo.removed == []
+    assert (dest / "include" / "theirs.h").exists() and (dest / "tool").exists()
 
 
 def test_an_entry_of_the_wrong_type_is_replaced_and_a_link_is_not_followed(tmp_path):
@@ -95,22 +109,30 @@ def test_an_entry_of_the_wrong_type_is_replaced_and_a_link_is_not_followed(tmp_p
     outside.write_text("not ours\n")
     os.unlink(dest / "vtep" / "vtep.h")
     (dest / "vtep" / "vtep.h").symlink_to(outside)  # a link where a file goes
-    os.unlink(dest / "vtep" / "vtep.c")
-    (dest / "vtep" / "vtep.c").mkdir()  # a directory where a file goes
-    (dest / "vtep" / "vtep.c" / "inside").write_text("x")
-    for rel in ("include/xdpfleet_parse.h", "include"):
-        path = dest / rel
-        os.unlink(path) if path.is_file() else os.rmdir(path)
+    os.unlink(dest / "include" / "xdpfleet_parse.h")
+    os.rmdir(dest / "include")
     (dest / "include").write_text("a file where a directory goes")
 
     todo = install(dest)
-    assert todo.files == ["include/", "include/xdpfleet_parse.h", "vtep/vtep.c", "vtep/vtep.h"]
-    assert todo.removed == ["vtep/vtep.c/inside"]
+    assert todo.files == ["include/", "include/xdpfleet_parse.h", "vtep/vtep.h"]
     for rel, content in TREE.items():
         assert not (dest / rel).is_symlink()
         assert (dest / rel).read_bytes() == content
     assert outside.read_text() == "not ours\n", "the link's target is left alone"
     assert not sources.plan(str(dest), TREE).changed
+
+
+def test_a_directory_where_a_file_goes_is_an_error_before_anything_changes(tmp_path):
+    dest = tmp_path / "src"
+    install(dest)
+    os.unlink(dest / "vtep" / "vtep.c")
+    (dest / "vtep" / "vtep.c").mkdir()
+    (dest / "vtep" / "vtep.c" / "inside").write_text("x")
+    os.chmod(dest / "counter" / "counter.c", 0o644)
+    with pytest.raises(sources.SourcesError, match=f"^dest: {dest}/vtep/vtep.c is a directory where the file"):
+        install(dest)
+    assert (dest / "vtep" / "vtep.c" / "inside").exists()
+    assert mode(dest / "counter" / "counter.c") == 0o644
 
 
 def test_a_linked_destination_is_followed(tmp_path):
@@ -126,12 +148,12 @@ def test_diff_lines_name_each_changed_entry(tmp_path):
     dest = tmp_path / "src"
     install(dest)
     (dest / "vtep" / "vtep.c").write_bytes(b"edited\n")
-    (dest / "stale.h").write_text("x")
+    (dest / "vtep" / ".vtep.c.k2j3h4ab").write_text("x")
     todo = sources.plan(str(dest), TREE)
     owner = f"{os.geteuid()}:{os.getegid()}"
     assert todo.before[0].startswith(f"vtep/vtep.c 0600 {owner} sha256:")  # what changes, then what goes
     assert todo.after == [f"vtep/vtep.c 0600 {owner} sha256:{sources._digest(TREE['vtep/vtep.c'])}"]
-    assert todo.before[1].startswith("stale.h 0")
+    assert todo.before[1].startswith("vtep/.vtep.c.k2j3h4ab 0")
 
 
 @pytest.mark.parametrize(
@@ -142,6 +164,7 @@ def test_diff_lines_name_each_changed_entry(tmp_path):
         ({"a//x.c": b""}, "files: 'a//x.c' is not a relative path inside the tree"),
         ({"a/./x.c": b""}, "files: 'a/./x.c' is not a relative path inside the tree"),
         ({"a": b"", "a/x.c": b""}, "files: 'a' is both a file and the directory of another file"),
+        ({".xdpfleet-sources": b""}, "files: '.xdpfleet-sources' is the name of the manifest of installed files"),
     ],
 )
 def test_a_bad_path_is_refused_before_anything_changes(tmp_path, tree, message):
@@ -204,6 +227,6 @@ def test_the_compile_cache_still_hits_after_a_repair(tmp_path):
     first, built = bpf_build.compile_object(source, cache, include)
     assert built
     os.chmod(dest / "include" / "xdpfleet_parse.h", 0o644)
-    (dest / "include" / "stale.h").write_text("/* not shipped */\n")
+    (dest / "include" / ".xdpfleet_parse.h.abcd1234").write_text("/* a killed run's */\n")
     assert install(dest, tree).changed
     assert bpf_build.compile_object(source, cache, include) == (first, False)

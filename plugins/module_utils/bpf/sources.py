@@ -2,9 +2,11 @@
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 """The collection's BPF C sources on a host, installed in one call (the xdpfleet.fabric.bpf_sources module).
 
-The host's copy is made equal to the tree given: every file with its content, the file mode, and the running user
-as owner (root under become); every directory on the way with the directory mode; nothing else under the
-destination (a file the collection no longer ships, a temporary file a killed run left, is removed). Only what
+The host gets the tree given: every file with its content, the file mode, and the running user
+as owner (root under become); every directory on the way with the directory mode. What an earlier run installed
+and the tree no longer has is removed (a file the collection no longer ships, then its directory once empty), and
+so is a temporary file a killed run left; the manifest .xdpfleet-sources in the destination lists the files
+installed, so nothing else there (a user's file, a directory pointed at by mistake) is ever removed. Only what
 differs is touched: a file is rewritten when its content differs (durably, through a temporary file: a compile
 reads the old file or the new one, whole), its mode or owner set when only those differ. New files are written
 before stale ones go. Optionally the state directory is created and bpffs mounted, which the same role step needs.
@@ -18,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import stat
 import subprocess
 from dataclasses import dataclass, field
@@ -26,6 +27,10 @@ from dataclasses import dataclass, field
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 
 MOUNTINFO = "/proc/self/mountinfo"
+# The files the last run installed, one relative path a line, in the destination (and installed like them).
+MANIFEST = ".xdpfleet-sources"
+# What files.replace_durably leaves behind when killed: ".<name>." and mkstemp's 8 random characters.
+_LEFTOVER = re.compile(r"\.(.+)\.[a-z0-9_]{8}")
 # A relative path inside the tree: no empty, "." or ".." part, no leading "/".
 _PART = re.compile(r"[^/\0]+")
 
@@ -68,6 +73,8 @@ def check_tree(wanted: dict[str, bytes], field_name: str = "files") -> None:
     both = sorted(directories & set(wanted))
     if both:
         raise SourcesError(f"{field_name}: {both[0]!r} is both a file and the directory of another file")
+    if MANIFEST in wanted:
+        raise SourcesError(f"{field_name}: {MANIFEST!r} is the name of the manifest of installed files")
 
 
 def tree_of(entries: list[dict], field_name: str = "files") -> dict[str, bytes]:
@@ -171,7 +178,9 @@ def plan(
     check_mode_bits("mode", file_mode)
     check_mode_bits("directory_mode", dir_mode)
     dest = os.path.abspath(dest)
-    result = Plan(dest, wanted, file_mode, dir_mode, (os.geteuid(), os.getegid()))
+    installing = dict(wanted)
+    installing[MANIFEST] = "".join(f"{path}\n" for path in sorted(wanted)).encode()
+    result = Plan(dest, installing, file_mode, dir_mode, (os.geteuid(), os.getegid()))
     if bpffs and mounted_type(bpffs) != "bpf":
         result.bpffs = bpffs
         result.before.append(f"{bpffs}: bpffs not mounted")
@@ -205,21 +214,57 @@ def plan(
             result.files.append(rel)
             result.before.append(_describe(rel, st))
             result.after.append(after(rel, dir_mode))
-    for rel in sorted(wanted):
-        st = existing.get(rel) or existing.get(rel + "/")
+    for rel in sorted(installing):
+        if rel + "/" in existing:
+            raise SourcesError(f"dest: {os.path.join(dest, rel)} is a directory where the file {rel} goes; remove it")
+        st = existing.get(rel)
         content = _read(os.path.join(dest, rel)) if st is not None and stat.S_ISREG(st.st_mode) else None
-        if content != wanted[rel] or repair(st, False, file_mode):
+        if content != installing[rel] or repair(st, False, file_mode):
             result.files.append(rel)
             result.before.append(_describe(rel, st, content))
-            result.after.append(after(rel, file_mode, f" sha256:{_digest(wanted[rel])}"))
-    for rel, st in sorted(existing.items()):
-        # An entry where a wanted one of another type goes is replaced by it, not listed here (what is inside
-        # such a directory is).
-        if rel.rstrip("/") not in wanted and rel.rstrip("/") + "/" not in wanted_dirs:
-            result.removed.append(rel)
-            result.before.append(_describe(rel, st))
+            result.after.append(after(rel, file_mode, f" sha256:{_digest(installing[rel])}"))
+    result.removed = _stale(dest, existing, installing, wanted_dirs)
+    for rel in result.removed:
+        result.before.append(_describe(rel, existing[rel]))
     result.files.sort()  # a directory before what goes in it
     return result
+
+
+def _stale(dest: str, existing: dict, installing: dict[str, bytes], wanted_dirs: set[str]) -> list[str]:
+    """What goes: a file the manifest lists that is not installed now, a leftover temporary file of one of ours, and
+    then a directory of an earlier run that is no longer wanted and holds nothing else."""
+    listed = existing.get(MANIFEST)
+    previous = set()
+    if listed is not None and stat.S_ISREG(listed.st_mode):
+        previous = set(_read(os.path.join(dest, MANIFEST)).decode("utf-8", "replace").splitlines())
+    ours = previous | set(installing)
+
+    def installed_by_us(rel: str) -> bool:
+        if rel in previous:
+            return True
+        directory, name = os.path.split(rel)
+        leftover = _LEFTOVER.fullmatch(name)
+        return bool(leftover) and os.path.join(directory, leftover.group(1)) in ours
+
+    stale = {
+        rel
+        for rel, st in existing.items()
+        if not stat.S_ISDIR(st.st_mode)
+        and rel not in installing
+        and rel + "/" not in wanted_dirs
+        and installed_by_us(rel)
+    }
+    previous_dirs = {path[: i + 1] for path in previous for i, char in enumerate(path) if char == "/"}
+    for rel in sorted(existing, reverse=True):  # what is inside a directory before it
+        inside = (other for other in existing if other.startswith(rel) and other != rel)
+        if (
+            rel in previous_dirs
+            and rel not in wanted_dirs
+            and rel[:-1] not in installing
+            and all(other in stale for other in inside)
+        ):
+            stale.add(rel)
+    return sorted(stale)
 
 
 def _set_attributes(path: str, mode: int, owner: tuple[int, int]) -> None:
@@ -228,17 +273,6 @@ def _set_attributes(path: str, mode: int, owner: tuple[int, int]) -> None:
         os.chown(path, *owner)
     if stat.S_IMODE(st.st_mode) != mode:
         os.chmod(path, mode)
-
-
-def _remove(path: str) -> None:
-    """Remove whatever is at `path` (a directory with its contents); nothing there is fine."""
-    st = _lstat(path)
-    if st is None:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)
-    else:
-        files.remove_durably(path)
 
 
 def apply(todo: Plan) -> None:
@@ -256,19 +290,23 @@ def apply(todo: Plan) -> None:
             if rel.endswith("/"):
                 st = _lstat(path)
                 if st is None or not stat.S_ISDIR(st.st_mode):
-                    _remove(path)
+                    files.remove_durably(path)  # a file or a link where the directory goes
                     os.mkdir(path, todo.dir_mode)
                 _set_attributes(path, todo.dir_mode, todo.owner)
                 continue
             st = _lstat(path)
             if st is not None and not stat.S_ISREG(st.st_mode):
-                _remove(path)
+                files.remove_durably(path)  # a link (never followed) or a special file where the file goes
                 st = None
             if st is None or _read(path) != todo.wanted[rel]:
                 files.replace_durably(path, todo.wanted[rel], todo.file_mode)
             _set_attributes(path, todo.file_mode, todo.owner)
         for rel in reversed(todo.removed):  # sorted, so what is inside a directory goes before it
-            _remove(os.path.join(todo.dest, rel.rstrip("/")))
+            path = os.path.join(todo.dest, rel.rstrip("/"))
+            if rel.endswith("/"):
+                os.rmdir(path)  # empty by now (see _stale): never a tree of someone else's files
+            else:
+                files.remove_durably(path)
     except OSError as exc:
         raise SourcesError(f"dest: installing the sources in {todo.dest} failed: {exc}") from None
 
