@@ -174,16 +174,22 @@ def test_xdp_host_role_from_the_installed_collection(installed, tmp_path):
         assert m, res.stdout
         return int(m.group(1)), int(m.group(2))
 
-    assert recap(run([*cmd, "--check"], installed.env, installed.workdir)) == (2, 0)
+    # One task changes: bpf_sources creates the directories and installs the sources (bpffs is mounted).
+    assert recap(run([*cmd, "--check"], installed.env, installed.workdir)) == (1, 0)
     assert not state.exists(), "check mode changed the host"
-    assert recap(run(cmd, installed.env, installed.workdir)) == (2, 0)
+    assert recap(run(cmd, installed.env, installed.workdir)) == (1, 0)
     copied = state / "src" / "counter" / "counter.c"
     assert copied.read_bytes() == (installed.root / "bpf" / "counter" / "counter.c").read_bytes()
     assert (state.stat().st_mode & 0o777) == 0o700
     assert recap(run(cmd, installed.env, installed.workdir)) == (0, 0), "second run changed something"
 
-    # The copy is skipped while the host's copy matches; a changed file, mode or owner is put back.
+    # Nothing is written while the host's copy matches; a changed file, mode or owner is put back, and a file an
+    # older collection installed (its manifest lists it) and this one does not ship is removed.
     copied.write_bytes(copied.read_bytes() + b"/* edited on the host */\n")
+    retired = state / "src" / "include" / "retired.h"
+    retired.write_text("/* a header an older collection shipped */\n")
+    manifest = state / "src" / ".xdpfleet-sources"
+    manifest.write_text(manifest.read_text() + "include/retired.h\n")
     header = state / "src" / "include" / "xdpfleet_parse.h"
     header.chmod(0o644)
     os.chown(state / "src" / "vtep" / "vtep.h", 65534, 65534)
@@ -191,4 +197,5 @@ def test_xdp_host_role_from_the_installed_collection(installed, tmp_path):
     assert copied.read_bytes() == (installed.root / "bpf" / "counter" / "counter.c").read_bytes()
     assert (header.stat().st_mode & 0o777) == 0o600
     assert (state / "src" / "vtep" / "vtep.h").stat().st_uid == 0
+    assert not retired.exists()
     assert recap(run(cmd, installed.env, installed.workdir)) == (0, 0), "run after the repair changed something"

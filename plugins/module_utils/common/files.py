@@ -51,14 +51,14 @@ def write_private(path: str, text: str) -> None:
     replace_durably(path, text)
 
 
-def replace_durably(path: str, text: str, mode: int = FILE_MODE) -> None:
-    """Replace `path` with `text` (file mode `mode`) through a temporary file in its directory, which must exist:
-    a reader sees the old file or the new one, whole. Raises OSError with the old file untouched."""
+def replace_durably(path: str, text: str | bytes, mode: int = FILE_MODE) -> None:
+    """Replace `path` with `text` (bytes as they are; file mode `mode`) through a temporary file in its directory,
+    which must exist: a reader sees the old file or the new one, whole. Raises OSError with the old file untouched."""
     directory = os.path.dirname(os.path.abspath(path))
     # mkstemp: 0600, named ".<name>.<random>", which a reader of *.<suffix> (node_exporter: *.prom) passes over
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             if mode != FILE_MODE:
                 os.fchmod(f.fileno(), mode)
             f.write(text)
