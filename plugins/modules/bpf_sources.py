@@ -66,7 +66,7 @@ options:
         type: str
         required: true
       content:
-        description: The file's content.
+        description: The file's content (not logged on the host, unlike other module arguments).
         type: str
         required: true
 attributes:
@@ -137,7 +137,11 @@ def main() -> None:
                 "type": "list",
                 "elements": "dict",
                 "required": True,
-                "options": {"path": {"type": "str", "required": True}, "content": {"type": "str", "required": True}},
+                # no_log: the module would otherwise write the whole tree into the host's log at every run
+                "options": {
+                    "path": {"type": "str", "required": True},
+                    "content": {"type": "str", "required": True, "no_log": True},
+                },
             },
         },
         supports_check_mode=True,
