@@ -5,8 +5,8 @@ Rollback: configuration A is applied, then B with map write k refused, for every
 refusal every map of the object (the inner member groups of the ARRAY_OF_MAPS, the learned FDB and the counters
 included) is compared byte for byte with its dump after A. B moves a group between size classes, adds and removes
 groups, rewires every member onto another egress program, zeroes counters and overrides a learned MAC, so each
-write of each kind is refused once. The refusal is the test's: every map update and delete (libbpf.Map's, which
-every map the writer touches is) is counted, and the chosen ones fail with EIO, as a kernel refusal does, before
+write of each kind is refused once. The refusal is the test's: every map update, batch update and delete (libbpf.Map's,
+which every map the writer touches is) is counted, and the chosen ones fail with EIO, as a kernel refusal does, before
 reaching the kernel.
 
 Capacity: documents that overflow vlan_bindings, port_vnis, and fdb_static during an update (max_entries of the
@@ -128,7 +128,7 @@ class Refusals:
     def __init__(self, monkeypatch):
         self.count = 0
         self.refuse: frozenset = frozenset()
-        for call in ("update", "delete"):
+        for call in ("update", "update_batch", "delete"):
             monkeypatch.setattr(libbpf.Map, call, self._counted(getattr(libbpf.Map, call)))
 
     def arm(self, *numbers: int) -> None:
