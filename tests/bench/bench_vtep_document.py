@@ -23,7 +23,7 @@ one-change run within 5 s, a first apply within 20 s.
 
 The lab: host d with ul-a (198.51.100.106/30, MTU 1600) to a hub endpoint at 198.51.100.105, which answers ARP for
 the route to the peers (198.51.100.96/27 via .105), and trunk0 to an endpoint; torn down at the end (--keep-lab
-keeps it). make bench-document runs it (BENCH_ARGS="--vnis 1000" for a short try).
+keeps it). make bench-document runs it (BENCH_DOCUMENT_ARGS="--vnis 1000" for a short try).
 """
 
 from __future__ import annotations
