@@ -84,7 +84,8 @@ def read(maps: dict[str, libbpf.Map]) -> plan.MapContents:
     for name in CONFIG_MAPS:
         entries = maps[name].dump()
         if name in ARRAY_MAPS:
-            entries = [(k, v) for k, v in entries if any(v)]
+            absent = bytes(maps[name].value_size)
+            entries = [(k, v) for k, v in entries if v != absent]
         out.entries[name] = dict(entries)
     prog_ids: set[int] = set()
     vni_at = {slot: vni for vni, slot in out.vni_slots().items()}
@@ -107,13 +108,23 @@ def read(maps: dict[str, libbpf.Map]) -> plan.MapContents:
     return out
 
 
-@contextlib.contextmanager
-def _refused(origin: str | None, what: str):
-    """A kernel refusal of one write, said with the document item it comes from."""
-    try:
-        yield
-    except (libbpf.LibbpfError, ValueError) as exc:
-        raise WriteError(f"{origin + ': ' if origin else ''}{what} failed: {exc}") from exc
+class _Refused:
+    """A kernel refusal of one write, said with the document item it comes from. A class: it is entered once per
+    entry written, and a generator-based context manager costs as much as the write."""
+
+    __slots__ = ("origin", "what")
+
+    def __init__(self, origin: str | None, what: str):
+        self.origin = origin
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, traceback) -> bool:
+        if isinstance(exc, (libbpf.LibbpfError, ValueError)):
+            raise WriteError(f"{self.origin + ': ' if self.origin else ''}{self.what} failed: {exc}") from exc
+        return False
 
 
 class Writer:
@@ -203,7 +214,7 @@ class Writer:
             self._slot_undo(outer_name, change.slot, f"the {change.kind} group of VNI {change.vni}")
         first = groups[0][0]
         more = f" and {len(groups) - 1} more" if len(groups) > 1 else ""
-        with _refused(origin((first.kind, first.vni)), f"publishing the {first.kind} group of VNI {first.vni}{more}"):
+        with _Refused(origin((first.kind, first.vni)), f"publishing the {first.kind} group of VNI {first.vni}{more}"):
             self.maps[outer_name].update_batch([(u32(change.slot), u32(group.fd)) for change, group in groups])
         for _change, group in groups:
             self._unpublished.remove(group.fd)
@@ -258,12 +269,12 @@ class Writer:
     def _apply(self, d: plan.MapDiff) -> None:
         origin = d.origins.get
         # Make before break: fresh counters, configuration entries, members in; then members out, removals.
-        with _refused(None, "clearing the counters of new ports and VNIs"):
+        with _Refused(None, "clearing the counters of new ports and VNIs"):
             self._zero("port_stats", d.fresh_port_slots)
             self._zero("vni_stats", d.fresh_vni_slots)
         for name, entries in d.upserts.items():
             for key, value in entries.items():
-                with _refused(origin((name, key)), f"writing {name}"):
+                with _Refused(origin((name, key)), f"writing {name}"):
                     self._put(name, key, value, origin((name, key)))
         # New groups go live only when complete, in batches per outer map (PUBLISH_BATCH at a time: each is an open
         # fd until then).
@@ -271,10 +282,10 @@ class Writer:
         for change in d.groups:
             words = f"the {change.kind} group of VNI {change.vni}"
             fresh = change.vni not in self.current.groups[change.kind] or change.moved_from is not None
-            with _refused(origin((change.kind, change.vni)), f"creating {words}"):
+            with _Refused(origin((change.kind, change.vni)), f"creating {words}"):
                 group = self._group(change, fresh)
             for member, ifindex in change.adds.items():
-                with _refused(origin((change.kind, change.vni, member)), f"adding ifindex {ifindex} to {words}"):
+                with _Refused(origin((change.kind, change.vni, member)), f"adding ifindex {ifindex} to {words}"):
                     if fresh:  # not live yet: taking back its publication is its undo
                         group.update(u32(member), bytes(DevmapVal(ifindex, self.egress_fd)))
                     else:
@@ -289,7 +300,7 @@ class Writer:
         written = {(c.kind, c.size, c.slot) for c in d.groups}
         for change in d.groups:
             words = f"the {change.kind} group of VNI {change.vni}"
-            with _refused(origin((change.kind, change.vni)), f"updating {words}"):
+            with _Refused(origin((change.kind, change.vni)), f"updating {words}"):
                 if change.moved_from:
                     outer = GROUP_MAPS[(change.kind, change.moved_from)]
                     self._take_out_group(outer, change.slot, f"{words} in {outer}")
@@ -303,18 +314,18 @@ class Writer:
             if (kind, size, slot) in written:  # the slot passed to a new VNI, whose group replaced this one
                 continue
             words = f"the {kind} group of VNI {vni if vni is not None else '?'}"
-            with _refused(None, f"removing {words}"):
+            with _Refused(None, f"removing {words}"):
                 self._take_out_group(GROUP_MAPS[(kind, size)], slot, words)
         for name, keys in d.deletes.items():
-            with _refused(None, f"removing an entry of {name}"):
+            with _Refused(None, f"removing an entry of {name}"):
                 for key in keys:
                     self._delete(name, key)
         # A static entry overrides what was learned for its MAC (learning never writes it again).
-        with _refused(None, "removing the learned entries that static ones override"):
+        with _Refused(None, "removing the learned entries that static ones override"):
             for key in d.upserts.get("fdb_static", {}):
                 self._forget_learned(key)
         if d.upserts.get("fdb_static") or d.deletes.get("fdb_static"):
-            with _refused(None, "marking the FDB changed"):
+            with _Refused(None, "marking the FDB changed"):
                 self._fdb_changed()
 
     def rollback(self) -> list[str]:
