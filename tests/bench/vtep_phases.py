@@ -13,40 +13,23 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import functools
 import json
 import pstats
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collection"))
+sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from phase_timer import PhaseTimer
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config, deploy, fdb, plan, words, writer
 
-SECONDS: dict[str, float] = defaultdict(float)
-CALLS: dict[str, int] = defaultdict(int)
-
-
-def timed(owner, attr: str, label: str) -> None:
-    """Replace owner.attr by the same function, timed under `label` (summed over calls)."""
-    function = getattr(owner, attr)
-
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            SECONDS[label] += time.perf_counter() - start
-            CALLS[label] += 1
-
-    setattr(owner, attr, wrapper)
+TIMER = PhaseTimer()
 
 
 # (owner, attribute, label): each phase where deploy() and update() look it up. Indented labels are inside the one
@@ -80,8 +63,7 @@ def module_arguments(document: dict) -> None:
     start = time.perf_counter()
     params = json.loads(raw)["ANSIBLE_MODULE_ARGS"]
     ArgumentSpecValidator({"config": {"type": "dict"}}).validate(params)
-    SECONDS["module arguments"] += time.perf_counter() - start
-    CALLS["module arguments"] += 1
+    TIMER.add("module arguments", time.perf_counter() - start)
 
 
 def main() -> int:
@@ -91,7 +73,7 @@ def main() -> int:
     args = parser.parse_args()
     document = json.load(sys.stdin)
     for owner, attr, label in PHASES:
-        timed(owner, attr, label)
+        TIMER.wrap(owner, attr, label)
     module_arguments(document)
     paths = xp.InstancePaths("vtep", xp.PIN_ROOT, xp.STATE_DIR)
     profiler = cProfile.Profile() if args.profile else None
@@ -103,13 +85,13 @@ def main() -> int:
     )
     if profiler:
         profiler.disable()
-    SECONDS["deploy() in all"] = time.perf_counter() - start
+    TIMER.add("deploy() in all", time.perf_counter() - start)
     start = time.perf_counter()
     output = json.dumps(result)
-    SECONDS["module result (JSON)"] = time.perf_counter() - start
+    TIMER.add("module result (JSON)", time.perf_counter() - start)
     if profiler:
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(args.profile)
-    print(json.dumps({"seconds": SECONDS, "calls": CALLS, "changed": result["changed"], "result_bytes": len(output)}))
+    print(json.dumps({"seconds": TIMER.seconds, "changed": result["changed"], "result_bytes": len(output)}))
     return 0
 
 
