@@ -79,10 +79,11 @@ $(VENV_STAMP): | apt-deps
 	$(BIN)/python -m pip install -q -r $(VENV)/requirements.txt
 	@touch $@
 
-# Code that runs on managed hosts (modules, module_utils, the boot-time restore entry point) runs on their Python,
+# Code that runs on managed hosts (modules, module_utils, the host-side entry points) runs on their Python,
 # 3.9 and later: vermin checks what it uses against 3.9, runtime_unions.py the `X | Y` of types vermin cannot tell
 # from annotations, and ruff (per-file target py39 in pyproject.toml) the syntax.
-HOST_PYTHON_CODE := $(CURDIR)/plugins $(CURDIR)/roles/xdp_host/files/xdpfleet-restore
+HOST_PYTHON_CODE := $(CURDIR)/plugins $(CURDIR)/roles/xdp_host/files/xdpfleet-restore \
+	$(CURDIR)/roles/prometheus_textfile/files/xdpfleet-metrics
 
 lint: deps sanity
 	$(BIN)/ruff check .

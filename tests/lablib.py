@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,12 +132,33 @@ def run_playbook(
         if diff:
             argv.append("--diff")
         argv += [str(a) for a in extra_args]
+        started = time.monotonic()
         try:
             proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         finally:
             _end_ssh_masters(control_dir)
         data = json.loads(Path(out).read_text()) if os.path.exists(out) else {"stats": {}, "tasks": []}
+    if os.environ.get(RUN_TIMES_ENV):
+        _log_run_time(Path(os.environ[RUN_TIMES_ENV]), argv, time.monotonic() - started, data["tasks"])
     return PlaybookResult(proc.returncode, proc.stdout, proc.stderr, data["stats"], data["tasks"], argv)
+
+
+# Where the suite's time goes: with XDPFLEET_RUN_TIMES=<file>, every playbook run appends its wall time and its
+# slowest tasks (the longest host of each) to <file>.
+RUN_TIMES_ENV = "XDPFLEET_RUN_TIMES"
+
+
+def _log_run_time(path: Path, argv: list[str], seconds: float, tasks: list[dict], slowest: int = 8) -> None:
+    longest: dict[tuple[str, str], float] = {}
+    for task in tasks:
+        key = (task["play"], task["task"])
+        longest[key] = max(longest.get(key, 0.0), task.get("seconds", 0.0))
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+    lines = [f"{seconds:7.1f} s  {test}  {' '.join(argv[3:])[:200]}"]
+    for (play, task), spent in sorted(longest.items(), key=lambda item: -item[1])[:slowest]:
+        lines.append(f"    {spent:6.1f} s  {play} / {task}")
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
 
 
 def _auto_mgmt_ip(subnet: str, index: int) -> str:

@@ -87,37 +87,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_lay
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 
 
-def read_map(path: str, per_cpu: bool, skip_zero: bool) -> dict:
-    with libbpf.PinnedMap(path) as pinned:
-        info = pinned.info
-        if not info.btf_id:
-            raise ValueError(f"map {info.name} at {path} carries no BTF, so its entries cannot be decoded")
-        entries = []
-        with btf_layout.Btf.from_kernel(info.btf_id) as btf:
-            for raw_key, raw_value in pinned.dump():
-                if skip_zero and not any(raw_value):
-                    continue
-                if pinned.percpu:
-                    stride = pinned.value_stride
-                    cpus = [
-                        btf_layout.decode(btf, info.btf_value_type_id, raw_value, n * stride)
-                        for n in range(len(raw_value) // stride)
-                    ]
-                    value = cpus if per_cpu else btf_layout.sum_values(cpus)
-                else:
-                    value = btf_layout.decode(btf, info.btf_value_type_id, raw_value)
-                entries.append({"key": btf_layout.decode(btf, info.btf_key_type_id, raw_key), "value": value})
-        definition = {
-            "name": info.name,
-            "type": info.type,
-            "key_size": info.key_size,
-            "value_size": info.value_size,
-            "max_entries": info.max_entries,
-            "path": path,
-        }
-        return {"map": definition, "entries": entries}
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -138,7 +107,7 @@ def main() -> None:
             module.fail_json(msg=f"{key}: {bad}")
     path = p["path"] or os.path.join(p["pin_root"], p["instance"], "maps", p["map"])
     try:
-        result = read_map(path, p["per_cpu"], p["skip_zero"])
+        result = btf_layout.read_pinned_map(path, p["per_cpu"], p["skip_zero"])
     except libbpf.LibbpfError as exc:
         module.fail_json(msg=f"map: cannot read {path}: {exc}")
     except ValueError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from ansible.plugins.callback import CallbackBase
 
@@ -21,7 +22,8 @@ short_description: Write per-host stats and per-task results of a run to a JSON 
 description:
   - >-
     At the end of a run, writes {"stats": {host: {ok, changed, failed, unreachable, skipped, rescued, ignored}},
-    "tasks": [{play, task, action, host, status, changed, result}]} to the file named by XDPFLEET_JSON_RESULTS.
+    "tasks": [{play, task, action, host, status, changed, seconds, result}]} to the file named by
+    XDPFLEET_JSON_RESULTS (seconds: from the task's start to this host's result, to find where a run's time goes).
   - Each result keeps the module's return values, C(diff), C(msg), C(warnings) and loop C(results).
 requirements:
   - enable it with ANSIBLE_CALLBACKS_ENABLED=xdpfleet_json
@@ -45,9 +47,16 @@ class CallbackModule(CallbackBase):
         super().__init__()
         self._tasks: list[dict] = []
         self._play = None
+        self._task_started = time.monotonic()
 
     def v2_playbook_on_play_start(self, play):
         self._play = play.get_name()
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self._task_started = time.monotonic()
+
+    def v2_playbook_on_handler_task_start(self, task):
+        self._task_started = time.monotonic()
 
     def _record(self, result, status: str) -> None:
         raw = result.result
@@ -65,6 +74,7 @@ class CallbackModule(CallbackBase):
                 "host": result.host.get_name(),
                 "status": status,
                 "changed": bool(raw.get("changed", False)),
+                "seconds": round(time.monotonic() - self._task_started, 3),
                 "result": data,
             }
         )

@@ -1,7 +1,8 @@
 """The rolling VTEP rollout of playbooks/vtep.yml on the test lab: batches with a canary, a health check after each
-batch (roles/vtep/tasks/health.yml, probes declared in inventories/lab/host_vars), check mode with --diff, and a
-broken host that stops the rollout while the batches already done keep forwarding, and probes derived from the peers
-when none are given, which stop the rollout at a host whose peer has a wrong next-hop MAC.
+batch (roles/vtep/tasks/health.yml, probes declared in inventories/lab/host_vars), check mode with --diff, a fleet
+the controller refuses (nothing on any host changes), and a broken host that stops the rollout while the batches
+already done keep forwarding, and probes derived from the peers when none are given, which stop the rollout at a host
+whose peer has a wrong next-hop MAC.
 
 With the canary and vtep_serial=2 the lab's five VTEPs (inventory order a, b, c, d, l) go in three batches:
 [a], [b, c], [d, l].
@@ -29,6 +30,9 @@ CONFIGURE = {
     "linux": "xdpfleet.fabric.vtep : Configure the Linux kernel VTEP",
 }
 HEALTH = "xdpfleet.fabric.vtep : Require every probe answered and the counters grown"
+FABRIC_CHECK = "Derive every VTEP's document and check the fleet"
+LAB_CHECK = "Check that each lab host of this run is running"
+PEERS_MAP = "/sys/fs/bpf/xdpfleet/vtep/maps/tunnel_peers"
 WRONG_MAC = "02:00:00:00:de:ad"
 
 
@@ -86,7 +90,7 @@ def test_check_mode_shows_the_change_and_changes_nothing(rollout_lab):
     endpoints = ports(lab.prefix, ["a100", "c100"])
 
     def c100_leaves_vni_100(host_vars):
-        host_vars["vtep_config"]["vnis"][0]["access_ports"] = []
+        host_vars["fabric_vtep"]["vnis"][0]["access_ports"] = []
 
     with host_vars_changed(lab, "c", c100_leaves_vni_100):
         check = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT, check=True, diff=True)
@@ -108,11 +112,28 @@ def test_check_mode_shows_the_change_and_changes_nothing(rollout_lab):
     assert [(t["host"], t["task"]) for t in again.tasks if t["changed"]] == [], again
 
 
+def test_a_refused_fleet_leaves_the_running_vteps_as_they_were(rollout_lab):
+    lab = rollout_lab
+    before = {host: lab.host_exec(host, ["bpftool", "-j", "map", "dump", "pinned", PEERS_MAP]).stdout for host in "ab"}
+
+    def vni_not_in_the_fabric(host_vars):
+        host_vars["fabric_vtep"]["vnis"][1]["vni"] = 300
+
+    with host_vars_changed(lab, "c", vni_not_in_the_fabric):
+        refused = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT)
+    assert refused.rc != 0, refused
+    assert "- c: fabric_vtep.vnis[1].vni: VNI 300 is not in fabric_vnis" in refused.messages(), refused
+    assert [t["task"] for t in refused.tasks] == [LAB_CHECK, FABRIC_CHECK], "nothing ran on any host"
+    assert refused.changed() == 0
+    assert ping(lab, "c200", "198.51.100.177") == 0  # c still serves VNI 200
+    assert {h: lab.host_exec(h, ["bpftool", "-j", "map", "dump", "pinned", PEERS_MAP]).stdout for h in "ab"} == before
+
+
 def test_a_broken_host_stops_the_rollout_and_a_fixed_one_converges(rollout_lab):
     lab = rollout_lab
 
     def unknown_access_port(host_vars):
-        host_vars["vtep_config"]["vnis"][0]["access_ports"] = ["nope0"]
+        host_vars["fabric_vtep"]["vnis"][0]["access_ports"] = ["nope0"]
 
     with host_vars_changed(lab, "b", unknown_access_port):
         broken = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT)
@@ -135,7 +156,13 @@ def test_a_broken_host_stops_the_rollout_and_a_fixed_one_converges(rollout_lab):
 
     def derived_probes_and_a_wrong_mac(host_vars):
         derived_probes(host_vars)
-        host_vars["vtep_config"]["vnis"][0]["peers"][1]["mac"] = WRONG_MAC  # VNI 100's peer b (198.51.100.98)
+        # VNI 100's peers written by hand (they replace the derived ones): peer b (198.51.100.98) with a wrong MAC
+        host_vars["fabric_vtep"]["vnis"][0]["peers"] = [
+            {"ip": "198.51.100.101", "via": "ul-a"},
+            {"ip": "198.51.100.98", "via": "ul-a", "mac": WRONG_MAC},
+            {"ip": "198.51.100.106", "via": "ul-a"},
+            {"ip": "198.51.100.110", "via": "ul-a"},
+        ]
 
     with host_vars_changed(lab, "b", derived_probes), host_vars_changed(lab, "c", derived_probes_and_a_wrong_mac):
         wrong = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "b:c:d", "vtep_serial": 1})

@@ -4,9 +4,17 @@ report; twice (the second run changes no host)."""
 import json
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 ROUTER_LINK = "/sys/fs/bpf/xdpfleet/router/links/{}"
 LAB_HOSTS = ("a", "b", "c", "d", "l")
+TEXTFILES = "/var/lib/prometheus/node-exporter/"  # the lab opts in to the prometheus_textfile role
+
+
+def exported(lab, host: str, name: str) -> dict:
+    """A host's Prometheus text file, read by prometheus_client's parser: {family: its samples}."""
+    text = lab.host_exec(host, ["cat", TEXTFILES + name]).stdout
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}
 
 
 def reports_in(path) -> dict:
@@ -65,6 +73,15 @@ def test_site_runs_the_whole_job_and_converges(site_lab, tmp_path):
         assert vtep and int(vtep[0].split("|")[3]) > 0, f"VTEP {host} counted VNI 100 frames from the overlay checks"
     assert report.count("| reachable |") == len(overlay["results"])
     assert "lab-a-b: a:p3 -> b:p3" in report and "| 64 |" in report
+
+    # The counters for Prometheus, read after the report's: a's VTEP per VNI, and the perf pair's results.
+    rx = {s.labels["vni"]: s.value for s in exported(lab, "a", "xdpfleet.prom")["xdpfleet_vtep_vni_rx_packets"]}
+    reported = int(next(line for line in report.splitlines() if line.startswith("| a | 100 |")).split("|")[3])
+    assert rx.keys() == {"100", "200"} and rx["100"] >= reported > 0, (rx, reported)
+    zero_loss = exported(lab, "a", "xdpfleet_perf.prom")["xdpfleet_perf_zero_loss_packets_per_second"]
+    assert {(s.labels["pair"], s.labels["end"], s.labels["frame_size"]) for s in zero_loss} == {
+        ("lab-a-b", "sender", "64"), ("lab-a-b", "sender", "1518")
+    }  # fmt: skip
 
     second = lab.run_playbook("site.yml", extra_vars=reports_in(tmp_path))
     assert second.rc == 0, second

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from l2lib import BROADCAST, Capture, Port, Vlan, build_frame, bum_probe, mac, new_marker, ports, probe, send
@@ -459,13 +460,16 @@ def test_oversized_frames_after_mtu_drift_are_dropped_and_counted(fabric):
 
 def test_one_member_more_or_less_changes_only_that(fabric):
     lab, _, endpoints = fabric
-    docs = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "c"}, check=True)
-    config = copy.deepcopy(docs.result(task=XDP_TASK, host="c")["invocation"]["module_args"]["config"])
-    config["vnis"][0]["access_ports"] = []  # c100 leaves VNI 100
-    # c100 out of VNI 100 is what this test wants, so c's health probe (c100 -> a100) is not run.
-    less = lab.run_playbook(
-        PLAYBOOK, extra_vars={"vtep_hosts": "c", "vtep_config": config, "vtep_health_check": False}, diff=True
-    )
+    host_vars = lab.inventory / "host_vars" / "c.yml"
+    original = host_vars.read_text()
+    changed = yaml.safe_load(original)
+    changed["fabric_vtep"]["vnis"][0]["access_ports"] = []  # c100 leaves VNI 100
+    host_vars.write_text(yaml.safe_dump(changed, sort_keys=False))
+    try:
+        # c100 out of VNI 100 is what this test wants, so c's health probe (c100 -> a100) is not run.
+        less = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "c", "vtep_health_check": False}, diff=True)
+    finally:
+        host_vars.write_text(original)
     assert less.rc == 0, less
     assert less.result(task=XDP_TASK, host="c")["changes"] == ["VNI 100: - access port acc100"]
     # --diff: the member goes, and so do the programs on acc100 (no longer a VTEP port): c is a TC VTEP, its XDP

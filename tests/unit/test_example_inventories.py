@@ -1,5 +1,5 @@
 """The real-hardware example inventories parse, their perf_pairs name hosts they define, and the VTEP fleet's
-documents pass the VTEP's own validation and make a consistent fabric."""
+documents, derived from its fabric model, pass the VTEP's own validation and make a consistent fabric."""
 
 import ipaddress
 import json
@@ -74,25 +74,22 @@ DEFAULT_MTU = 1500
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory) -> dict[str, dict]:
-    """Every host's VTEP variables as the playbooks see them: templated by Ansible itself (a play of debug tasks,
-    which run on the controller and contact no host)."""
+    """Every host's VTEP variables as the playbooks see them: the fabric checked and every document derived by the
+    check play of playbooks/vtep.yml (playbooks/fabric_check.yml), then templated by Ansible itself (a play of debug
+    tasks, which run on the controller and contact no host)."""
+    shown = {
+        "vtep_config": "{{ ansible_facts.xdpfleet_fabric.documents[inventory_hostname] | default(None) }}",
+        "fabric_warnings": "{{ ansible_facts.xdpfleet_fabric.warnings }}",
+        **{name: f"{{{{ {name} | default(None) }}}}" for name in ("vtep_health_probes", "host_tuning_nics")},
+    }
     play = [
+        {"name": "Check the fabric", "ansible.builtin.import_playbook": str(REPO / "playbooks" / "fabric_check.yml")},
         {
             "name": "The fleet's variables",
             "hosts": "all",
             "gather_facts": False,
-            "tasks": [
-                {
-                    "name": "Show them",
-                    "ansible.builtin.debug": {
-                        "msg": {
-                            name: f"{{{{ {name} | default(None) }}}}"
-                            for name in ("vtep_config", "vtep_health_probes", "host_tuning_nics")
-                        }
-                    },
-                }
-            ],
-        }
+            "tasks": [{"name": "Show them", "ansible.builtin.debug": {"msg": shown}}],
+        },
     ]
     playbook = tmp_path_factory.mktemp("fleet") / "show.yml"
     playbook.write_text(yaml.safe_dump(play, sort_keys=False))
@@ -133,6 +130,7 @@ def test_vtep_fleet_parses_with_documentation_addresses():
 def test_every_vtep_document_passes_the_vtep_validation(fleet):
     found = vteps(fleet)
     assert sorted(found) == ["vtep1", "vtep2", "vtep3", "vtep4"]
+    assert all(variables["fabric_warnings"] == [] for variables in fleet.values())
     for host, variables in found.items():
         facts = interface_facts(variables)
         tuned = {nic["name"] for nic in variables["host_tuning_nics"]}

@@ -369,3 +369,37 @@ def sum_values(values: list):
     if isinstance(first, list):
         return [sum_values([v[n] for v in values]) for n in range(len(first))]
     return sum(values)
+
+
+def read_pinned_map(path: str, per_cpu: bool, skip_zero: bool) -> dict:
+    """Every entry of the map pinned at `path`, keys and values decoded by the map's own BTF (per-CPU values summed
+    over CPUs unless per_cpu; all-zero values left out with skip_zero), and the map's definition: the
+    xdpfleet.fabric.bpf_map_info module's result. Raises libbpf.LibbpfError, or ValueError for a map without BTF."""
+    with libbpf.PinnedMap(path) as pinned:
+        info = pinned.info
+        if not info.btf_id:
+            raise ValueError(f"map {info.name} at {path} carries no BTF, so its entries cannot be decoded")
+        entries = []
+        with Btf.from_kernel(info.btf_id) as btf:
+            for raw_key, raw_value in pinned.dump():
+                if skip_zero and not any(raw_value):
+                    continue
+                if pinned.percpu:
+                    stride = pinned.value_stride
+                    cpus = [
+                        decode(btf, info.btf_value_type_id, raw_value, n * stride)
+                        for n in range(len(raw_value) // stride)
+                    ]
+                    value = cpus if per_cpu else sum_values(cpus)
+                else:
+                    value = decode(btf, info.btf_value_type_id, raw_value)
+                entries.append({"key": decode(btf, info.btf_key_type_id, raw_key), "value": value})
+        definition = {
+            "name": info.name,
+            "type": info.type,
+            "key_size": info.key_size,
+            "value_size": info.value_size,
+            "max_entries": info.max_entries,
+            "path": path,
+        }
+        return {"map": definition, "entries": entries}

@@ -47,11 +47,20 @@ def _sync_dir(directory: str) -> None:
 def write_private(path: str, text: str) -> None:
     """Replace `path` with `text`, 0600, durably (see above); its directory is created 0700 when missing. Raises
     OSError (ENOSPC: a full disk) with the old file untouched."""
+    make_private_dirs(os.path.dirname(os.path.abspath(path)))
+    replace_durably(path, text)
+
+
+def replace_durably(path: str, text: str, mode: int = FILE_MODE) -> None:
+    """Replace `path` with `text` (file mode `mode`) through a temporary file in its directory, which must exist:
+    a reader sees the old file or the new one, whole. Raises OSError with the old file untouched."""
     directory = os.path.dirname(os.path.abspath(path))
-    make_private_dirs(directory)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)  # mkstemp: 0600
+    # mkstemp: 0600, named ".<name>.<random>", which a reader of *.<suffix> (node_exporter: *.prom) passes over
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
     try:
         with os.fdopen(fd, "w") as f:
+            if mode != FILE_MODE:
+                os.fchmod(f.fileno(), mode)
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

@@ -37,6 +37,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
 
 RUN_DIR = "/run/xdpfleet"
+INSTANCE_KINDS = ("vtep", "filter", "router")  # a record's key that names its instance's kind (see instance_kind)
 OTHER_RECORDS = ("linux_vtep.json", "nic_tuning.json", "kernel_cmdline.json")
 SENDER_STOP_SECONDS = sender.STOP_SECONDS
 # Retries of a restore that failed for a reason that can pass: the first after this many seconds, each next one
@@ -163,6 +164,12 @@ class Restored:
         if self.error:
             out["error"] = self.error
         return out
+
+
+def instance_kind(record: dict) -> str:
+    """What a state record's instance is: vtep, filter or router (the module that wrote it keeps its part of the
+    record under that key), or program (xdp_program's)."""
+    return next((kind for kind in INSTANCE_KINDS if kind in record), "program")
 
 
 def _load_record(paths: xp.InstancePaths) -> dict:
@@ -299,14 +306,12 @@ def _restore_one(
         missing = [ifname for ifname in sorted(record["interfaces"]) if not xp.ifindex_of(ifname)]
         if missing:
             raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host", transient=True)
-        if "vtep" in record:
-            outcome.kind = "vtep"
+        outcome.kind = instance_kind(record)
+        if outcome.kind == "vtep":
             done = _restore_vtep(paths, record, host, check_mode, build_dir, neighbour_timeout)
-        elif "filter" in record:
-            outcome.kind = "filter"
+        elif outcome.kind == "filter":
             done = _restore_filter(paths, record, host, check_mode, build_dir)
-        elif "router" in record:
-            outcome.kind = "router"
+        elif outcome.kind == "router":
             done = _restore_router(paths, record, host, check_mode, build_dir)
         else:
             done = _restore_program(paths, record, host, check_mode, build_dir)

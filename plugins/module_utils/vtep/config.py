@@ -42,6 +42,7 @@ addresses are rejected with a message saying so.
 from __future__ import annotations
 
 import difflib
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
@@ -335,7 +336,7 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def _ipv6_underlay(error, where: str) -> list[str] | None:
+def ipv6_underlay(error, where: str) -> list[str] | None:
     if error.validator == "format" and error.validator_value == "ipv4" and schema_words.is_ipv6(error.instance):
         address = schema_words.quote(error.instance)
         return [f"{where}: {address} is an IPv6 address; IPv6 underlay is not supported yet (IPv4 only)"]
@@ -345,7 +346,7 @@ def _ipv6_underlay(error, where: str) -> list[str] | None:
 def check_schema(document: Any) -> list[str]:
     """The schema pass alone: every problem, "<path>: <rule>", in document order of the paths. Needs jsonschema
     (imported when called, so that the dataclasses can be imported on a host without it)."""
-    return schema_words.problems(SCHEMA, document, special=_ipv6_underlay)
+    return schema_words.problems(SCHEMA, document, special=ipv6_underlay)
 
 
 # --- The checks a schema cannot express -------------------------------------------------------------------------
@@ -363,6 +364,14 @@ def _address_problem(address: ipaddress.IPv4Address) -> str | None:
     if address.is_loopback:
         return "is a loopback address"
     return None
+
+
+@functools.lru_cache(maxsize=65536)
+def _unicast(text: str) -> tuple[ipaddress.IPv4Address, str | None]:
+    """An address of the document and why it cannot be a tunnel's or a peer's (None: it can). Cached: a fleet's
+    documents name the same few thousand addresses hundreds of thousands of times."""
+    address = ipaddress.IPv4Address(text)
+    return address, _address_problem(address)
 
 
 def _mac_problem(mac: str) -> str | None:
@@ -416,7 +425,7 @@ def _fdb_problems(path: str, entry: dict, peer_path: dict) -> list[str]:
                 f"{fpath}.port: {item['port']} is not a local port of VNI {entry['vni']} "
                 f"(its access ports and trunks: {_names(sorted(local)) or 'none'})"
             )
-        elif "remote" in item and ipaddress.IPv4Address(item["remote"]) not in peer_path:
+        elif "remote" in item and int(ipaddress.IPv4Address(item["remote"])) not in peer_path:
             peers = _names(p["ip"] for p in entry.get("peers", [])) or "none"
             problems.append(
                 f"{fpath}.remote: {item['remote']} is not a peer of VNI {entry['vni']} (its peers: {peers})"
@@ -424,8 +433,11 @@ def _fdb_problems(path: str, entry: dict, peer_path: dict) -> list[str]:
     return problems
 
 
-def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> list[str]:
-    """The rules a schema cannot express, for a document that passed the schema. Every problem, none raised."""
+def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | None) -> list[str]:
+    """The rules a schema cannot express, for a document that passed the schema. Every problem, none raised.
+
+    interfaces None: the document's own rules alone, without the host's (interfaces that exist, their ifindex and
+    MTU), as the controller checks a fleet's documents before any host is reached."""
     problems: list[str] = []
     tunnels = document.get("tunnel_ports", [])
     vnis = document["vnis"]
@@ -456,7 +468,8 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> 
 
     # Tunnel ports.
     tunnel_path: dict[str, str] = {}
-    local_ips: dict[ipaddress.IPv4Address, tuple[str, str]] = {}  # address -> (tunnel port, path)
+    # Addresses as integers in these tables: an IPv4Address hashes slowly, and a fleet's documents hold a million.
+    local_ips: dict[int, tuple[str, str]] = {}  # address -> (tunnel port, path)
     for i, tunnel in enumerate(tunnels):
         path, name = f"tunnel_ports[{i}]", tunnel["port"]
         if name in tunnel_path:
@@ -467,18 +480,17 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> 
         else:
             tunnel_path[name] = path
             use(name, "tunnel", f"{path}.port", None)
-        address = ipaddress.IPv4Address(tunnel["local_ip"])
-        bad = _address_problem(address)
+        address, bad = _unicast(tunnel["local_ip"])
         if bad:
             problems.append(f"{path}.local_ip: {address} {bad}; a tunnel's local IP must be a unicast address")
-        elif address in local_ips:
+        elif int(address) in local_ips:
             problems.append(
-                f"{path}.local_ip: {address} is already the local IP of {local_ips[address][0]} "
-                f"({local_ips[address][1]}); "
+                f"{path}.local_ip: {address} is already the local IP of {local_ips[int(address)][0]} "
+                f"({local_ips[int(address)][1]}); "
                 "each tunnel port has its own local IP"
             )
         else:
-            local_ips[address] = (name, f"{path}.local_ip")
+            local_ips[int(address)] = (name, f"{path}.local_ip")
 
     # VNIs.
     vni_path: dict[int, str] = {}
@@ -552,28 +564,28 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> 
                 "because the tag stays inside the tunnelled frame (vlan_mode translate removes and adds tags)"
             )
 
-        peer_path: dict[ipaddress.IPv4Address, str] = {}
+        peer_path: dict[int, str] = {}
         for j, peer in enumerate(peers):
             ppath, via = f"{path}.peers[{j}]", peer["via"]
-            address = ipaddress.IPv4Address(peer["ip"])
+            address, bad = _unicast(peer["ip"])
+            key = int(address)
             if via not in tunnel_path:
                 problems.append(f"{ppath}.via: {via} is not a declared tunnel port (declared: {declared})")
-            bad = _address_problem(address)
             if bad:
                 problems.append(f"{ppath}.ip: {address} {bad}; a peer must be a unicast address")
-            elif address in local_ips:
+            elif key in local_ips:
                 problems.append(
-                    f"{ppath}.ip: {address} is this host's own tunnel address on {local_ips[address][0]} "
-                    f"({local_ips[address][1]}); "
+                    f"{ppath}.ip: {address} is this host's own tunnel address on {local_ips[key][0]} "
+                    f"({local_ips[key][1]}); "
                     "a peer is a remote VTEP"
                 )
-            if address in peer_path:
+            if key in peer_path:
                 problems.append(
-                    f"{ppath}.ip: peer {address} is listed twice in VNI {vni} (also {peer_path[address]}); "
+                    f"{ppath}.ip: peer {address} is listed twice in VNI {vni} (also {peer_path[key]}); "
                     "a remote VTEP is a peer of a VNI once"
                 )
             else:
-                peer_path[address] = ppath
+                peer_path[key] = ppath
             mac = peer.get("mac")
             bad = _mac_problem(mac.lower()) if mac is not None else None
             if bad:
@@ -600,6 +612,9 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts]) -> 
         problems.append(
             f"document: uses {len(first_use)} ports, above the data plane's limit of {VTEP_MAX_PORTS} (VTEP_MAX_PORTS)"
         )
+
+    if interfaces is None:
+        return problems
 
     # Interfaces that exist, with an ifindex the data plane can index: each problem once, at the first use.
     reported: set[str] = set()

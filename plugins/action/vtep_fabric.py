@@ -1,0 +1,79 @@
+# Copyright: xdpfleet developers
+# GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
+"""xdpfleet.fabric.vtep_fabric: every VTEP's document derived from the fabric model, the whole fleet checked.
+
+Runs on the controller only and contacts no host: it reads the inventory (hostvars of every host with fabric_vtep
+or vtep_config), and either fails listing every problem or returns the fact xdpfleet_fabric and the warnings. The
+work is in plugins/module_utils/fabric (fleet.check), which the unit tests drive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.fabric import fleet
+
+# The variables of a host the fleet check reads.
+HOST_VARIABLES = ("fabric_vtep", "vtep_config", "vtep_backend", "host_tuning_nics")
+
+
+def plain(value):
+    """A templated inventory value as plain dicts, lists and scalars (what the checks and the fact hold)."""
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        self.validate_argument_spec(argument_spec={})
+        hostvars = task_vars["hostvars"]
+        hosts = {}
+        # The fabric's variables as the first VTEP of the model has them (group vars of the VTEPs), else as the
+        # host this task runs for has them.
+        fabric_vars = task_vars
+        for host in task_vars["groups"]["all"]:
+            variables = hostvars[host]
+            if "fabric_vtep" not in variables and "vtep_config" not in variables:
+                continue
+            hosts[host] = {name: plain(variables[name]) if name in variables else None for name in HOST_VARIABLES}
+            if fabric_vars is task_vars and hosts[host]["fabric_vtep"]:
+                fabric_vars = variables
+        fabric = fleet.check(
+            hosts,
+            plain(fabric_vars["fabric_vnis"]) if "fabric_vnis" in fabric_vars else None,
+            plain(fabric_vars["fabric_mtu"]) if "fabric_mtu" in fabric_vars else None,
+        )
+        if fabric.problems:
+            listed = "\n".join(f"- {problem}" for problem in fabric.problems)
+            warned = "".join(f"\nwarning: {warning}" for warning in fabric.warnings)
+            raise AnsibleActionFail(
+                f"the VTEP fabric is refused, no host was changed ({len(fabric.problems)} problem"
+                f"{'s' if len(fabric.problems) != 1 else ''}):\n{listed}{warned}",
+                result={"problems": fabric.problems, "warnings": fabric.warnings},
+            )
+        result.update(
+            changed=False,
+            msg=f"{len(fabric.documents)} VTEPs, {len(fabric.vnis)} VNIs: the fabric is consistent",
+            ansible_facts={"xdpfleet_fabric": fabric.fact()},
+        )
+        if fabric.warnings:
+            result["warnings"] = list(fabric.warnings)
+        return result

@@ -1,0 +1,86 @@
+"""Every invalid fleet of fabric_cases.INVALID, refused by a real `ansible-playbook playbooks/vtep.yml` run before
+any host is touched: the check play (playbooks/fabric_check.yml) fails on the controller, naming the host and the
+field, and no other task runs on any host. The inventories' hosts point at an address nothing answers on, with a
+one-second SSH timeout: a host that was contacted would show up unreachable. The runs go in parallel (each is a
+second or so of controller work)."""
+
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fabric_cases import INVALID, LAB, invalid
+from lablib import REPO, run_playbook
+
+CHECK_TASK = "Derive every VTEP's document and check the fleet"
+LAB_CHECK = "Check that each lab host of this run is running"
+NOBODY = "198.51.100.254"  # no lab host has it; nothing is ever sent there (the check play fails first)
+
+
+def write_inventory(root: Path, group: dict, hosts: dict) -> Path:
+    (root / "group_vars" / "all").mkdir(parents=True)
+    (root / "host_vars").mkdir()
+    connection = {"ansible_host": NOBODY, "ansible_ssh_common_args": "-o ConnectTimeout=1"}
+    (root / "hosts.yml").write_text(yaml.safe_dump({"all": {"vars": connection, "hosts": {h: {} for h in hosts}}}))
+    (root / "group_vars" / "all" / "vtep.yml").write_text(yaml.safe_dump(group, sort_keys=False))
+    for host, variables in hosts.items():
+        kept = {name: value for name, value in variables.items() if value is not None}
+        (root / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(kept, sort_keys=False))
+    return root
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    """change name -> (the run, the problem expected), every fleet's run in parallel."""
+
+    inventories = [write_inventory(tmp_path_factory.mktemp(change.__name__), *invalid(change)) for change, _ in INVALID]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        runs = list(pool.map(lambda inventory: run_playbook(REPO / "playbooks" / "vtep.yml", inventory), inventories))
+    return {change.__name__: (result, problem) for (change, problem), result in zip(INVALID, runs, strict=True)}
+
+
+def test_at_least_fifteen_fleets():
+    assert len(INVALID) >= 15
+
+
+@pytest.mark.parametrize("name", [change.__name__ for change, _ in INVALID])
+def test_an_invalid_fleet_is_refused_before_any_host_is_touched(refused, name):
+    result, problem = refused[name]
+    assert result.rc != 0, result
+    assert f"- {problem}" in result.messages(), result
+    assert "no host was changed" in result.messages()
+    # The lab check (nothing to check: no lab host here) and the fabric check ran, once each, on the controller;
+    # nothing else ran anywhere (no xdp_host, no vtep role).
+    assert [(t["task"], t["status"]) for t in result.tasks] == [(LAB_CHECK, "skipped"), (CHECK_TASK, "failed")], result
+    assert all(stats["changed"] == 0 and stats["unreachable"] == 0 for stats in result.stats.values()), result
+
+
+def test_the_lab_fleet_itself_passes_the_check(tmp_path):
+    """The same inventory with the lab's own fleet: the check passes, and every host gets the fact (a play that
+    stops after the check, so no host is contacted)."""
+    group = yaml.safe_load((LAB / "group_vars" / "all" / "vtep.yml").read_text())
+    hosts = {h: yaml.safe_load((LAB / "host_vars" / f"{h}.yml").read_text()) for h in ("a", "b", "c", "d", "l")}
+    inventory = write_inventory(tmp_path / "inventory", group, hosts)
+    play = [
+        {"name": "Check the fabric", "ansible.builtin.import_playbook": str(REPO / "playbooks" / "fabric_check.yml")},
+        {
+            "name": "Show the derived documents",
+            "hosts": "all",
+            "gather_facts": False,
+            "tasks": [{"name": "Show", "ansible.builtin.debug": {"msg": "{{ vtep_fabric_document }}"}}],
+            "vars": {"vtep_fabric_document": "{{ ansible_facts.xdpfleet_fabric.documents[inventory_hostname] }}"},
+        },
+    ]
+    playbook = tmp_path / "check.yml"
+    playbook.write_text(yaml.safe_dump(play, sort_keys=False))
+    result = run_playbook(playbook, inventory)
+    assert result.rc == 0, result
+    assert result.result(task=CHECK_TASK)["msg"] == "5 VTEPs, 2 VNIs: the fabric is consistent"
+    shown = {t["host"]: t["result"]["msg"] for t in result.results(task="Show")}
+    assert shown["b"]["vnis"][0]["peers"][0] == {"ip": "198.51.100.97", "via": "ul-a"}
+    assert sorted(shown) == ["a", "b", "c", "d", "l"]
