@@ -5,12 +5,14 @@ Not a test (pytest does not collect bench_*.py): it prints tables from one run. 
 
 The document is issue 15's: lab host d, trunk0 VIDs 1..N each in its own VNI (VNI 10000 + VID), every VNI with the
 same 3 peers via ul-a (next hops from the host's neighbour table, as the lab's documents have them), written by hand
-as d's vtep_config in host_vars. For each N (--vnis, default 1000 and 4000), wall time of
+as d's vtep_config in host_vars. The peers are VTEPs of the fabric model in the inventory (peer1..peer3, outside
+the lab: no play here reaches them), each serving d's VNIs, so the fleet check that playbooks/vtep.yml runs first
+passes, and costs what it costs for 4 VTEPs of N VNIs. For each N (--vnis, default 1000 and 4000), wall time of
 `ansible-playbook playbooks/vtep.yml -e vtep_hosts=d -e vtep_health_check=false`:
 
   first apply       the host has no VTEP (removed before, untimed); the compiled object is in the host's cache
   no-op re-run      the same document again
-  one peer added    a 4th peer in the last VNI
+  one peer added    a 4th peer in the last VNI (and its VTEP, peer4, in the inventory)
 
 A run with 10 VNIs first (compiles the object, copies the sources) gives the floor: what a run costs with a small
 document, the time that is not the document's.
@@ -89,9 +91,37 @@ def document(vnis: int, added_peer: bool = False) -> dict:
 
 
 def write_host_vars(lab: Lab, doc: dict) -> None:
-    """d's host_vars: the document by hand, as a user writes it (YAML)."""
-    text = "---\n" + yaml.dump({"vtep_config": doc}, Dumper=yaml.CSafeDumper, sort_keys=False)
-    (lab.inventory / "host_vars" / "d.yml").write_text(text)
+    """d's host_vars: the document by hand, as a user writes it (YAML); and its peers, VTEPs of the fabric model
+    outside the lab (inventory hosts that no play of the benchmark reaches), so that the fleet check
+    (playbooks/fabric_check.yml) passes: each serves the VNIs d lists it in, on a trunk, and its peers are derived;
+    fabric_vnis (in place of the default inventory's) lists the VNIs."""
+    # host_tuning_nics tells the fleet check ul-a's MTU (a hand-written document does not).
+    d_vars = {"vtep_config": doc, "host_tuning_nics": [{"name": "ul-a", "mtu": 1600}]}
+    (lab.inventory / "host_vars" / "d.yml").write_text(_yaml(d_vars))
+    serves: dict[str, list[int]] = {}
+    for entry in doc["vnis"]:
+        for peer in entry["peers"]:
+            serves.setdefault(peer["ip"], []).append(entry["vni"])
+    peers = {}
+    for n, (ip, vnis) in enumerate(sorted(serves.items()), start=1):
+        peers[f"peer{n}"] = None
+        vtep = {
+            "tunnel_ports": [{"port": "ul-a", "local_ip": f"{ip}/30"}],
+            "routes": [{"to": "198.51.100.96/27", "via": "ul-a"}],
+            "mtu": {"ul-a": 1600},
+            "vnis": [{"vni": vni, "trunks": [{"port": "trunk0", "vid": vni - VNI_BASE}]} for vni in vnis],
+        }
+        (lab.inventory / "host_vars" / f"peer{n}.yml").write_text(_yaml({"fabric_vtep": vtep}))
+    hosts_yml = lab.inventory / "hosts.yml"
+    hosts = yaml.safe_load(hosts_yml.read_text())
+    hosts["all"]["hosts"] = peers
+    hosts_yml.write_text(yaml.safe_dump(hosts, sort_keys=False))
+    fabric_vnis = [{"vni": entry["vni"]} for entry in doc["vnis"]]
+    (lab.inventory / "group_vars" / "all" / "vtep.yml").write_text(_yaml({"fabric_vnis": fabric_vnis}))
+
+
+def _yaml(data: dict) -> str:
+    return "---\n" + yaml.dump(data, Dumper=yaml.CSafeDumper, sort_keys=False)
 
 
 def playbook(lab: Lab, state: str = "present") -> float:

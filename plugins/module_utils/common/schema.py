@@ -151,17 +151,21 @@ def _inline_refs(node: Any, defs: dict, expanding: tuple = ()) -> Any:
 
 
 _VALIDATORS: dict[str, Any] = {}  # the schema as canonical JSON -> its validator
+_LAST: list = [None, None]  # the schema object asked for last and its validator: most callers ask for one again
 
 
 def validator(schema: dict):
     """The validator of a schema, made once per process (with its $refs inlined). Needs jsonschema, imported here so
     that callers import on a host without it."""
+    if schema is _LAST[0]:
+        return _LAST[1]
     key = json.dumps(schema, sort_keys=True)
     if key not in _VALIDATORS:
         from jsonschema import Draft202012Validator
 
         inlined = _inline_refs(schema, schema.get("$defs", {}))
         _VALIDATORS[key] = Draft202012Validator(inlined, format_checker=format_checker())
+    _LAST[:] = [schema, _VALIDATORS[key]]
     return _VALIDATORS[key]
 
 
