@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -219,6 +220,7 @@ def main() -> int:
     finally:
         if not args.keep_lab:
             lab.down()
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 
