@@ -32,7 +32,7 @@ export PATH := $(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help deps apt-deps lint sanity build lab-down need-root test unit fuzz demo clean abi
-.PHONY: bench bench-vtep bench-trafficgen bench-filter bench-router scale
+.PHONY: bench bench-vtep bench-trafficgen bench-filter bench-router bench-document bench-fabric scale
 
 help:
 	@echo "make demo      lab up, site.yml, print the report, lab down (KEEP_LAB=1 keeps the lab)"
@@ -47,7 +47,7 @@ help:
 	@echo "make lab-down  tear down the default lab"
 	@echo "make clean     remove .build and reports"
 	@echo "make scale     the fleet tests (tests/scale) with SCALE_VTEPS (default 12) XDP VTEPs, timed; not in make test"
-	@echo "make bench     run the benchmarks (bench-vtep, bench-trafficgen, bench-filter, bench-router; BENCH_ARGS=\"--seconds 5 --rounds 3\" passes options)"
+	@echo "make bench     run the benchmarks (bench-vtep, bench-trafficgen, bench-filter, bench-router, bench-document, bench-fabric; BENCH_ARGS=\"--seconds 5 --rounds 3\" passes options)"
 
 deps: apt-deps $(VENV_STAMP)
 
@@ -168,7 +168,7 @@ clean:
 
 # Benchmarks print tables of ratios from one run (needs root, 2 CPUs); not part of `make test`.
 BENCH_ARGS ?=
-bench: bench-vtep bench-trafficgen bench-filter bench-router
+bench: bench-vtep bench-trafficgen bench-filter bench-router bench-document bench-fabric
 
 bench-vtep: deps
 	$(BIN)/python $(CURDIR)/tests/bench/bench_vtep.py $(BENCH_ARGS)
@@ -182,3 +182,14 @@ bench-filter: deps
 # xdp-tools' xdp-forward as the reference, when XDPFLEET_XDP_FORWARD names one built outside the project (DESIGN.md).
 bench-router: deps
 	$(BIN)/python $(CURDIR)/tests/bench/bench_router.py $(BENCH_ARGS)
+
+# One VTEP with 1,000 and 4,000 VNIs through ansible-playbook, and the vtep module's phases (a lab of its own); its
+# options (--vnis, --rounds, ...) in BENCH_DOCUMENT_ARGS, as BENCH_ARGS' --seconds mean nothing to it.
+BENCH_DOCUMENT_ARGS ?=
+bench-document: deps
+	$(BIN)/python $(CURDIR)/tests/bench/bench_vtep_document.py $(BENCH_DOCUMENT_ARGS)
+
+# The fabric model's derivation and fleet check for 1,000 VTEPs and 100 VNIs, on the controller only (no lab).
+BENCH_FABRIC_ARGS ?=
+bench-fabric: deps
+	$(BIN)/python $(CURDIR)/tests/bench/bench_fabric.py $(BENCH_FABRIC_ARGS)

@@ -5,8 +5,8 @@ Rollback: configuration A is applied, then B with map write k refused, for every
 refusal every map of the object (the inner member groups of the ARRAY_OF_MAPS, the learned FDB and the counters
 included) is compared byte for byte with its dump after A. B moves a group between size classes, adds and removes
 groups, rewires every member onto another egress program, zeroes counters and overrides a learned MAC, so each
-write of each kind is refused once. The refusal is the test's: every map update and delete (libbpf.Map's, which
-every map the writer touches is) is counted, and the chosen ones fail with EIO, as a kernel refusal does, before
+write of each kind is refused once. The refusal is the test's: every map update, batch update and delete (libbpf.Map's,
+which every map the writer touches is) is counted, and the chosen ones fail with EIO, as a kernel refusal does, before
 reaching the kernel.
 
 Capacity: documents that overflow vlan_bindings, port_vnis, and fdb_static during an update (max_entries of the
@@ -19,6 +19,7 @@ import ctypes
 import errno
 import json
 import os
+import resource
 import struct
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from vtep_netns import REPO, VtepNetns, netns, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, writer
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import peer_member_key
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     AccessPort,
     FdbEntry,
@@ -128,7 +130,7 @@ class Refusals:
     def __init__(self, monkeypatch):
         self.count = 0
         self.refuse: frozenset = frozenset()
-        for call in ("update", "delete"):
+        for call in ("update", "update_batch", "delete"):
             monkeypatch.setattr(libbpf.Map, call, self._counted(getattr(libbpf.Map, call)))
 
     def arm(self, *numbers: int) -> None:
@@ -286,6 +288,24 @@ def test_an_update_that_would_overflow_while_adding_before_removing_is_refused(l
     message = refused(lab, statics(100000))
     assert message.startswith("vnis[0].fdb[0]: the update adds 8200 entries to fdb_static (static FDB entries ")
     assert "before removing the 8200 that go, and fdb_static holds 16384 at most" in message
+
+
+def test_a_first_apply_of_many_vnis_stays_within_a_hosts_open_file_limit(lab):
+    """New member groups are open fds until published, and are published in batches: 1,200 new groups (600 VNIs, a
+    flood and a local group each) go in with 700 fds to spare (a host's usual soft limit is 1024), where keeping every
+    new group open until the end ran out of them (EMFILE)."""
+    config = trunk_document(600, with_peer=600)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 700, hard))
+    try:
+        update(lab, config, lab.obj.program(layouts.EGRESS_PROGRAM))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    groups = writer.read(lab.maps).groups
+    assert len(groups["flood"]) == len(groups["local"]) == 600
+    trunks = {lab.ports[port].ifindex: lab.ports[port].ifindex for port in TRUNK_PORTS}
+    uplink = lab.ports["ul"].ifindex
+    assert groups["flood"][1599] == {**trunks, peer_member_key(uplink, 0): uplink}
 
 
 # --- The document against the host's addresses: refused before anything changes ----------------------------------

@@ -605,6 +605,11 @@ def prog_test_run(
 # ---- maps --------------------------------------------------------------------------------------------------
 
 
+# Map types whose lookup_batch this kernel refused (devmaps have none): Map.dump() reads them one by one at once,
+# without a failed syscall per map (a VTEP has thousands of member groups).
+_NO_LOOKUP_BATCH: set[int] = set()
+
+
 class Map:
     """A BPF map by fd, with raw-bytes access. Keys and values are bytes of exactly key_size / value_size
     (per-CPU maps: value_size rounded up to 8, times the number of possible CPUs)."""
@@ -714,11 +719,13 @@ class Map:
 
     def dump(self) -> list[tuple[bytes, bytes]]:
         """Every entry: in batches where the map type supports them, else one by one."""
-        try:
-            return self.lookup_batch()
-        except LibbpfError as exc:
-            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, ENOTSUPP):
-                raise
+        if self.type not in _NO_LOOKUP_BATCH:
+            try:
+                return self.lookup_batch()
+            except LibbpfError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, ENOTSUPP):
+                    raise
+                _NO_LOOKUP_BATCH.add(self.type)
         return list(self.items())
 
     def update_batch(self, entries: list[tuple[bytes, bytes]], flags: int = BPF_ANY) -> None:

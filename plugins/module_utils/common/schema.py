@@ -135,13 +135,44 @@ def format_checker():
     return checker
 
 
-def validation_errors(schema: dict, document: Any) -> list:
-    """jsonschema's errors of `document`, in document order of their paths. Needs jsonschema, imported here so that
-    callers import on a host without it."""
-    from jsonschema import Draft202012Validator
+def _inline_refs(node: Any, defs: dict, expanding: tuple = ()) -> Any:
+    """The schema with every {"$ref": "#/$defs/<name>"} replaced by that definition (a recursive one stays a $ref):
+    jsonschema resolves a $ref on every item it checks, which costs more than the checks it leads to."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if len(node) == 1 and isinstance(ref, str) and ref.startswith("#/$defs/"):
+            name = ref[len("#/$defs/") :]
+            if name in defs and name not in expanding:
+                return _inline_refs(defs[name], defs, (*expanding, name))
+        return {key: _inline_refs(value, defs, expanding) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_inline_refs(value, defs, expanding) for value in node]
+    return node
 
-    validator = Draft202012Validator(schema, format_checker=format_checker())
-    return sorted(validator.iter_errors(document), key=lambda e: (_document_order(e.absolute_path), e.validator))
+
+_VALIDATORS: dict[str, Any] = {}  # the schema as canonical JSON -> its validator
+_LAST: list = [None, None]  # the schema object asked for last and its validator: most callers ask for one again
+
+
+def validator(schema: dict):
+    """The validator of a schema, made once per process (with its $refs inlined). Needs jsonschema, imported here so
+    that callers import on a host without it."""
+    if schema is _LAST[0]:
+        return _LAST[1]
+    key = json.dumps(schema, sort_keys=True)
+    if key not in _VALIDATORS:
+        from jsonschema import Draft202012Validator
+
+        inlined = _inline_refs(schema, schema.get("$defs", {}))
+        _VALIDATORS[key] = Draft202012Validator(inlined, format_checker=format_checker())
+    _LAST[:] = [schema, _VALIDATORS[key]]
+    return _VALIDATORS[key]
+
+
+def validation_errors(schema: dict, document: Any) -> list:
+    """jsonschema's errors of `document`, in document order of their paths."""
+    errors = validator(schema).iter_errors(document)
+    return sorted(errors, key=lambda e: (_document_order(e.absolute_path), e.validator))
 
 
 def messages(errors, root: str = "document", special=None) -> list[str]:

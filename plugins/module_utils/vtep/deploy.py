@@ -98,18 +98,23 @@ def host_problems(config: VtepConfig, allow_management_port: bool) -> list[str]:
 
 
 def resolve_peer_macs(config: VtepConfig, ports: dict[str, plan.Port], timeout: float) -> dict[tuple[int, str], str]:
-    """The next-hop MAC of every peer given without one, from the host's routes and neighbour table."""
+    """The next-hop MAC of every peer given without one, from the host's routes and neighbour table. A remote VTEP
+    that is a peer of many VNIs through one port is resolved once (one netlink round trip per peer and VNI cost
+    seconds on a host with thousands of VNIs), so all its VNIs send to the same next hop."""
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError, resolve
 
     macs = {}
+    resolved: dict[tuple[str, str], str] = {}  # (peer ip, via) -> next-hop MAC
     for vni in config.vnis:
         for peer in vni.peers:
             if peer.mac:
                 continue
-            try:
-                macs[(vni.vni, peer.ip)] = resolve(peer.ip, ports[peer.via].ifindex, timeout)
-            except NeighbourError as exc:
-                raise VtepError(f"{peer.path}.ip: {exc}; give its next-hop mac explicitly") from exc
+            if (peer.ip, peer.via) not in resolved:
+                try:
+                    resolved[(peer.ip, peer.via)] = resolve(peer.ip, ports[peer.via].ifindex, timeout)
+                except NeighbourError as exc:
+                    raise VtepError(f"{peer.path}.ip: {exc}; give its next-hop mac explicitly") from exc
+            macs[(vni.vni, peer.ip)] = resolved[(peer.ip, peer.via)]
     return macs
 
 

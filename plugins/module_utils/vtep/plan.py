@@ -243,7 +243,9 @@ def compile_desired(
     first = place_rows(wanted, current.peer_rows(), VTEP_MAX_PEERS, row_paths)
     peer_index: dict[tuple[int, int], tuple[int, int]] = {}  # (vni, remote ip) -> (tunnel_peers index, ifindex)
     first_tunnel: dict[int, tuple[int, int, int]] = {}  # vni -> (ifindex, first_peer, peers) of its first tunnel port
+    remote: dict[int, list[tuple[int, int]]] = {}  # vni -> (tunnel ifindex, tunnel_peers index) of each peer, by copy
     for (vni, ifindex), peers in sorted(rows.items()):
+        remote.setdefault(vni, []).extend((ifindex, first[(vni, ifindex)] + copy) for copy in range(len(peers)))
         for copy, (value, path) in enumerate(peers):
             index = first[(vni, ifindex)] + copy
             put("tunnel_peers", ctypes.c_uint32(index), value, path)
@@ -257,13 +259,8 @@ def compile_desired(
     for vni in config.vnis:
         # The TC backend's list of the flood group: the local ports, then each peer by its tunnel_peers index.
         local_ports = [ports[m.port].ifindex for m in (*vni.access_ports, *vni.trunks)]
-        remote = [
-            (ifindex, first[(vni.vni, ifindex)] + copy)
-            for (row_vni, ifindex), peers in sorted(rows.items())
-            if row_vni == vni.vni
-            for copy in range(len(peers))
-        ]
-        listed = [VniMember(ifindex, 0) for ifindex in local_ports] + [VniMember(i, p) for i, p in remote]
+        peers = remote.get(vni.vni, [])
+        listed = [VniMember(ifindex, 0) for ifindex in local_ports] + [VniMember(i, p) for i, p in peers]
         row = VniMembers(vni.vni, len(local_ports), len(listed))
         row.members[: len(listed)] = listed
         put("vni_members", ctypes.c_uint32(vni_slot[vni.vni]), row, vni.path)

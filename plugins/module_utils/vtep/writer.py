@@ -34,6 +34,10 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.layouts impor
     u32,
 )
 
+# New member groups published per batch write to an outer map (Writer._publish): each is an open fd until then, so a
+# first apply of thousands of VNIs stays below a host's usual limit of 1024 open files.
+PUBLISH_BATCH = 256
+
 
 class WriteError(RuntimeError):
     """The kernel refused a write; the message names the document item the entry comes from. Raised after the
@@ -80,7 +84,8 @@ def read(maps: dict[str, libbpf.Map]) -> plan.MapContents:
     for name in CONFIG_MAPS:
         entries = maps[name].dump()
         if name in ARRAY_MAPS:
-            entries = [(k, v) for k, v in entries if any(v)]
+            absent = bytes(maps[name].value_size)
+            entries = [(k, v) for k, v in entries if v != absent]
         out.entries[name] = dict(entries)
     prog_ids: set[int] = set()
     vni_at = {slot: vni for vni, slot in out.vni_slots().items()}
@@ -103,13 +108,23 @@ def read(maps: dict[str, libbpf.Map]) -> plan.MapContents:
     return out
 
 
-@contextlib.contextmanager
-def _refused(origin: str | None, what: str):
-    """A kernel refusal of one write, said with the document item it comes from."""
-    try:
-        yield
-    except (libbpf.LibbpfError, ValueError) as exc:
-        raise WriteError(f"{origin + ': ' if origin else ''}{what} failed: {exc}") from exc
+class _Refused:
+    """A kernel refusal of one write, said with the document item it comes from. A class: it is entered once per
+    entry written, and a generator-based context manager costs as much as the write."""
+
+    __slots__ = ("origin", "what")
+
+    def __init__(self, origin: str | None, what: str):
+        self.origin = origin
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, traceback) -> bool:
+        if isinstance(exc, (libbpf.LibbpfError, ValueError)):
+            raise WriteError(f"{self.origin + ': ' if self.origin else ''}{self.what} failed: {exc}") from exc
+        return False
 
 
 class Writer:
@@ -123,6 +138,7 @@ class Writer:
         self.egress_fd = egress_fd
         self.undo: list[tuple[str, Callable[[], None]]] = []  # (what it restores, in words; the write that does)
         self._open: list[int] = []
+        self._unpublished: list[int] = []  # fds of new groups not yet live
 
     def _keep(self, fd: int) -> int:
         """An fd the undo may need (an old group, an old egress program): open until close()."""
@@ -162,34 +178,54 @@ class Writer:
             self.undo.append((f"learned FDB entry {key.hex()}", lambda: learned.update(key, old)))
 
     def _group(self, change: plan.GroupChange, fresh: bool) -> libbpf.Map:
-        """The VNI's member group in the map of its size class, or (fresh) a new one that is not yet published."""
+        """The VNI's member group in the map of its size class (kept open until close()), or (fresh) a new one that
+        is not yet published (open until _publish())."""
         found = None if fresh else self.maps[GROUP_MAPS[(change.kind, change.size)]].lookup(u32(change.slot))
         if found is not None:
             group = _inner(found)
-        else:
-            size = GROUP_CAPACITY[change.size]
-            group = libbpf.Map.from_fd(
-                libbpf.map_create(BPF_MAP_TYPE_DEVMAP_HASH, f"{change.kind}{change.vni}", 4, 8, size)
-            )
-        self._keep(group.fd)
+            self._keep(group.fd)
+            return group
+        size = GROUP_CAPACITY[change.size]
+        group = libbpf.Map.from_fd(
+            libbpf.map_create(BPF_MAP_TYPE_DEVMAP_HASH, f"{change.kind}{change.vni}", 4, 8, size)
+        )
+        self._unpublished.append(group.fd)
         return group
 
-    def _set_group(self, outer_name: str, slot: int, group_fd: int | None, words: str) -> None:
-        """Publish a group at a slot of an outer map (None: take the slot's group out), keeping the group it held
-        open, so that the undo can put that very group back (a group known by id cannot be written by fd)."""
+    def _slot_undo(self, outer_name: str, slot: int, words: str) -> None:
+        """Remember how to put back what a slot of an outer map holds, before it is written: the group it holds, kept
+        open by fd, so that the undo can put that very group back (a group known by id cannot be written by fd), or
+        nothing."""
         outer, key = self.maps[outer_name], u32(slot)
         old = outer.lookup(key)
-        previous = self._keep(libbpf.map_fd_by_id(int.from_bytes(old, "little"))) if old is not None else None
-        if group_fd is None:
-            if previous is None:
-                return
-            outer.delete(key)
-        else:
-            outer.update(key, u32(group_fd))
-        if previous is None:
+        if old is None:
             self.undo.append((words, lambda: outer.delete(key)))
         else:
+            previous = self._keep(libbpf.map_fd_by_id(int.from_bytes(old, "little")))
             self.undo.append((words, lambda: outer.update(key, u32(previous))))
+
+    def _publish(self, outer_name: str, groups: list[tuple[plan.GroupChange, libbpf.Map]], origin) -> None:
+        """Put complete new groups live at their slots of an outer map, in one batch: the kernel waits for an RCU
+        grace period after every write to a map of maps (about 10 ms here), once per batch. Then the outer map holds
+        them and their fds are closed."""
+        if not groups:
+            return
+        for change, _group in groups:
+            self._slot_undo(outer_name, change.slot, f"the {change.kind} group of VNI {change.vni}")
+        first = groups[0][0]
+        more = f" and {len(groups) - 1} more" if len(groups) > 1 else ""
+        with _Refused(origin((first.kind, first.vni)), f"publishing the {first.kind} group of VNI {first.vni}{more}"):
+            self.maps[outer_name].update_batch([(u32(change.slot), u32(group.fd)) for change, group in groups])
+        for _change, group in groups:
+            self._unpublished.remove(group.fd)
+            libbpf.close_fd(group.fd)
+        groups.clear()
+
+    def _take_out_group(self, outer_name: str, slot: int, words: str) -> None:
+        """Take a slot's group out of an outer map (the undo puts it back); an empty slot stays as it is."""
+        if self.maps[outer_name].lookup(u32(slot)) is not None:
+            self._slot_undo(outer_name, slot, words)
+            self.maps[outer_name].delete(u32(slot))
 
     def _set_member(self, group: libbpf.Map, member: int, ifindex: int | None, words: str) -> None:
         """Write a member on the new egress program (None: remove it). The undo writes the old member back on its
@@ -233,34 +269,43 @@ class Writer:
     def _apply(self, d: plan.MapDiff) -> None:
         origin = d.origins.get
         # Make before break: fresh counters, configuration entries, members in; then members out, removals.
-        with _refused(None, "clearing the counters of new ports and VNIs"):
+        with _Refused(None, "clearing the counters of new ports and VNIs"):
             self._zero("port_stats", d.fresh_port_slots)
             self._zero("vni_stats", d.fresh_vni_slots)
         for name, entries in d.upserts.items():
             for key, value in entries.items():
-                with _refused(origin((name, key)), f"writing {name}"):
+                with _Refused(origin((name, key)), f"writing {name}"):
                     self._put(name, key, value, origin((name, key)))
+        # New groups go live only when complete, in batches per outer map (PUBLISH_BATCH at a time: each is an open
+        # fd until then).
+        unpublished: dict[str, list[tuple[plan.GroupChange, libbpf.Map]]] = {name: [] for name in GROUP_MAPS.values()}
         for change in d.groups:
             words = f"the {change.kind} group of VNI {change.vni}"
             fresh = change.vni not in self.current.groups[change.kind] or change.moved_from is not None
-            with _refused(origin((change.kind, change.vni)), f"creating {words}"):
+            with _Refused(origin((change.kind, change.vni)), f"creating {words}"):
                 group = self._group(change, fresh)
             for member, ifindex in change.adds.items():
-                with _refused(origin((change.kind, change.vni, member)), f"adding ifindex {ifindex} to {words}"):
+                with _Refused(origin((change.kind, change.vni, member)), f"adding ifindex {ifindex} to {words}"):
                     if fresh:  # not live yet: taking back its publication is its undo
                         group.update(u32(member), bytes(DevmapVal(ifindex, self.egress_fd)))
                     else:
                         self._set_member(group, member, ifindex, f"member {member} of {words}")
-            if fresh:  # a new group goes live only when complete
-                with _refused(origin((change.kind, change.vni)), f"publishing {words}"):
-                    self._set_group(GROUP_MAPS[(change.kind, change.size)], change.slot, group.fd, words)
+            if fresh:
+                outer = GROUP_MAPS[(change.kind, change.size)]
+                unpublished[outer].append((change, group))
+                if len(unpublished[outer]) >= PUBLISH_BATCH:
+                    self._publish(outer, unpublished[outer], origin)
+        for outer, groups in unpublished.items():
+            self._publish(outer, groups, origin)
         written = {(c.kind, c.size, c.slot) for c in d.groups}
         for change in d.groups:
             words = f"the {change.kind} group of VNI {change.vni}"
-            with _refused(origin((change.kind, change.vni)), f"updating {words}"):
+            with _Refused(origin((change.kind, change.vni)), f"updating {words}"):
                 if change.moved_from:
                     outer = GROUP_MAPS[(change.kind, change.moved_from)]
-                    self._set_group(outer, change.slot, None, f"{words} in {outer}")
+                    self._take_out_group(outer, change.slot, f"{words} in {outer}")
+                    continue
+                if not change.removes:
                     continue
                 group = self._group(change, fresh=False)
                 for member in change.removes:
@@ -269,18 +314,18 @@ class Writer:
             if (kind, size, slot) in written:  # the slot passed to a new VNI, whose group replaced this one
                 continue
             words = f"the {kind} group of VNI {vni if vni is not None else '?'}"
-            with _refused(None, f"removing {words}"):
-                self._set_group(GROUP_MAPS[(kind, size)], slot, None, words)
+            with _Refused(None, f"removing {words}"):
+                self._take_out_group(GROUP_MAPS[(kind, size)], slot, words)
         for name, keys in d.deletes.items():
-            with _refused(None, f"removing an entry of {name}"):
+            with _Refused(None, f"removing an entry of {name}"):
                 for key in keys:
                     self._delete(name, key)
         # A static entry overrides what was learned for its MAC (learning never writes it again).
-        with _refused(None, "removing the learned entries that static ones override"):
+        with _Refused(None, "removing the learned entries that static ones override"):
             for key in d.upserts.get("fdb_static", {}):
                 self._forget_learned(key)
         if d.upserts.get("fdb_static") or d.deletes.get("fdb_static"):
-            with _refused(None, "marking the FDB changed"):
+            with _Refused(None, "marking the FDB changed"):
                 self._fdb_changed()
 
     def rollback(self) -> list[str]:
@@ -304,9 +349,10 @@ class Writer:
             raise RollbackError(str(exc) or type(exc).__name__, unrestored) from exc
 
     def close(self) -> None:
-        for fd in self._open:
+        for fd in self._open + self._unpublished:
             libbpf.close_fd(fd)
         self._open.clear()
+        self._unpublished.clear()
 
     def __enter__(self) -> Writer:
         return self
