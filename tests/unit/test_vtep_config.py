@@ -759,6 +759,18 @@ def test_static_fdb_entries_up_to_the_data_planes_limit():
     ]
 
 
+def test_more_peers_than_tunnel_peers_holds_are_refused_before_the_host():
+    """257 VNIs of 256 peers each: every VNI is within VTEP_MAX_MEMBERS, the document is not (65,792 entries); the
+    plan refused it only on the host, after the object was loaded."""
+    doc = document()
+    peers = [{"ip": f"198.18.{i >> 8}.{i & 255}", "via": "tun-b"} for i in range(1, vc.VTEP_MAX_MEMBERS + 1)]
+    doc["vnis"] = [{"vni": 1000 + n, "peers": peers} for n in range(257)]
+    assert problems_of(doc) == [
+        "document: has 65792 peers over all VNIs, above the data plane's limit of 65536 (VTEP_MAX_PEERS: one "
+        "tunnel_peers entry per peer of each VNI)"
+    ]
+
+
 def test_there_are_enough_invalid_cases():
     assert len(INVALID) >= 24
 

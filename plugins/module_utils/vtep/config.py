@@ -57,6 +57,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
     FDB_SIZE_MIN,
     VTEP_MAX_IFINDEX,
     VTEP_MAX_MEMBERS,
+    VTEP_MAX_PEERS,
     VTEP_MAX_PORTS,
     VTEP_MAX_STATIC_FDB,
     VTEP_MAX_VNIS,
@@ -498,6 +499,7 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | No
     vid_owner: dict[tuple[str, int], tuple[int, str]] = {}  # (trunk, VID) -> (VNI, path)
     declared = _names(sorted(tunnel_path)) or "none"
     static_entries = 0
+    peer_entries = 0
     for i, entry in enumerate(vnis):
         path, vni = f"vnis[{i}]", entry["vni"]
         access, trunks, peers = entry.get("access_ports", []), entry.get("trunks", []), entry.get("peers", [])
@@ -593,6 +595,7 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | No
 
         problems.extend(_fdb_problems(path, entry, peer_path))
         static_entries += len(entry.get("fdb", []))
+        peer_entries += len(peers)
 
         members = len(access) + len(trunks) + len(peers)
         if members == 0:
@@ -603,6 +606,11 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | No
                 f"{len(peers)} peers), above the data plane's limit of {VTEP_MAX_MEMBERS} (VTEP_MAX_MEMBERS)"
             )
 
+    if peer_entries > VTEP_MAX_PEERS:
+        problems.append(
+            f"document: has {peer_entries} peers over all VNIs, above the data plane's limit of {VTEP_MAX_PEERS} "
+            "(VTEP_MAX_PEERS: one tunnel_peers entry per peer of each VNI)"
+        )
     if static_entries > VTEP_MAX_STATIC_FDB:
         problems.append(
             f"document: has {static_entries} static FDB entries, above the data plane's limit of "
