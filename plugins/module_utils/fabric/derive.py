@@ -16,6 +16,7 @@ objects.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 
@@ -58,6 +59,15 @@ class Vtep:
     @property
     def root(self) -> str:
         return "fabric_vtep" if self.source == "model" else "vtep_config"
+
+    @functools.cached_property
+    def vni_index(self) -> dict[int, int]:
+        """VNI -> index of its entry in spec's vnis (a derived document keeps that order). Worked out once: the
+        fleet check looks it up for every VNI of every VTEP."""
+        index: dict[int, int] = {}
+        for i, entry in enumerate(self.spec["vnis"]):
+            index.setdefault(entry["vni"], i)
+        return index
 
     def route(self, value: int) -> Route | None:
         return next((r for r in self.routes if (value & r.mask) == r.network), None)

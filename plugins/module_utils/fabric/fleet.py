@@ -89,33 +89,9 @@ def _nic_mtus(nics) -> dict[str, tuple[int, str]]:
     return found
 
 
-# check()'s _entries() per document (by id, with the document, which stays alive while check() runs): looked up for
-# every VNI of every VTEP, it made the check quadratic in a VTEP's VNIs (70 s for 4 VTEPs of 4,000 VNIs).
-_ENTRIES: dict[int, tuple[dict, dict[int, int]]] = {}
-
-
-def _entries(document: dict) -> dict[int, int]:
-    """VNI -> index of its (first) entry in the document."""
-    known = _ENTRIES.get(id(document))
-    if known is not None and known[0] is document:
-        return known[1]
-    found: dict[int, int] = {}
-    for i, entry in enumerate(document["vnis"]):
-        found.setdefault(entry["vni"], i)
-    _ENTRIES[id(document)] = (document, found)
-    return found
-
-
 def check(hosts: dict[str, dict], fabric_vnis, fabric_mtu) -> Fabric:
     """hosts: inventory host -> {fabric_vtep, vtep_config, vtep_backend, host_tuning_nics} (None where unset), in
     inventory order. fabric_vnis, fabric_mtu: None where unset."""
-    try:
-        return _check(hosts, fabric_vnis, fabric_mtu)
-    finally:
-        _ENTRIES.clear()
-
-
-def _check(hosts: dict[str, dict], fabric_vnis, fabric_mtu) -> Fabric:
     fabric = Fabric()
     fabric_vnis = [] if fabric_vnis is None else fabric_vnis
     fabric_mtu = model.FABRIC_MTU_DEFAULT if fabric_mtu is None else fabric_mtu
@@ -167,7 +143,7 @@ def _check(hosts: dict[str, dict], fabric_vnis, fabric_mtu) -> Fabric:
     vlan_modes = {vni: entry["vlan_mode"] for vni, (_index, entry) in fabric_vni.items() if "vlan_mode" in entry}
     members: dict[int, list[derive.Vtep]] = {}
     for vtep in vteps.values():
-        for vni, i in _entries(vtep.spec).items():
+        for vni, i in vtep.vni_index.items():
             members.setdefault(vni, []).append(vtep)
             if vtep.source == "model" and vni not in fabric_vni:
                 fabric.problems.append(
@@ -202,7 +178,7 @@ def _check(hosts: dict[str, dict], fabric_vnis, fabric_mtu) -> Fabric:
 
 def _written_peers(vtep: derive.Vtep, vni: int, document: dict) -> tuple[int, list[dict]] | None:
     """(entry index, peers) of a VNI whose peers this VTEP's user wrote; None when the model derived them."""
-    i = _entries(vtep.spec)[vni]
+    i = vtep.vni_index[vni]
     if vtep.source == "model" and "peers" not in vtep.spec["vnis"][i]:
         return None
     return i, document["vnis"][i].get("peers", [])
@@ -254,7 +230,7 @@ def _peer_problems(vteps, members, owner, documents) -> list[str]:
 
 
 def _vni_entry(vtep: derive.Vtep, document: dict, vni: int) -> tuple[int, dict]:
-    i = _entries(vtep.spec)[vni]
+    i = vtep.vni_index[vni]
     return i, document["vnis"][i]
 
 
@@ -364,12 +340,11 @@ def _mtu_problems(hosts, vteps, members, documents, fabric_mtu) -> list[str]:
 def _report(fabric: Fabric, vteps, members, fabric_vni) -> None:
     """The fact's vteps and vnis, and the warnings of VNIs with fewer than two VTEPs."""
     for host, vtep in vteps.items():
-        document = fabric.documents[host]
         fabric.vteps[host] = {
             "backend": vtep.backend,
             "source": vtep.source,
             "tunnel_ips": [a.ip for a in vtep.addresses],
-            "vnis": sorted(_entries(document)),
+            "vnis": sorted(vtep.vni_index),
         }
     for vni in sorted(set(members) | set(fabric_vni)):
         serving = members.get(vni, [])
@@ -388,7 +363,7 @@ def _report(fabric: Fabric, vteps, members, fabric_vni) -> None:
         fabric.vnis.append(row)
         if len(serving) == 1:
             vtep = serving[0]
-            i = _entries(vtep.spec)[vni]
+            i = vtep.vni_index[vni]
             fabric.warnings.append(
                 f"{vtep.host}: {vtep.root}.vnis[{i}]: VNI {vni} is served by {vtep.host} only: it reaches no other VTEP"
             )
