@@ -36,6 +36,8 @@ description:
 requirements:
   - the Python package graphviz on the controller (a dependency in pyproject.toml) and graphviz's C(dot) for the
     picture
+extends_documentation_fragment:
+  - xdpfleet.fabric.controller_report
 author:
   - xdpfleet developers (!UNKNOWN)
 options:
@@ -63,19 +65,6 @@ options:
         M(xdpfleet.fabric.vtep)) has them; a VTEP left out has none in the report.
       - Default, the C(xdpfleet_vtep) fact of every VTEP of I(fabric) that has one in this run.
     type: dict
-attributes:
-  action:
-    support: full
-    description: All of it is an action plugin, run on the controller.
-  bypass_host_loop:
-    support: full
-    description: One run per play, not one per host.
-  check_mode:
-    support: full
-    description: Nothing is written; C(changed) and C(changed_files) say what would be.
-  diff_mode:
-    support: none
-    description: C(changed_files) lists the files that differ; their content is not shown.
 seealso:
   - module: xdpfleet.fabric.vtep_fabric
   - module: xdpfleet.fabric.vtep_info

@@ -28,6 +28,8 @@ description:
     C(pairs[0].sender.results[2].frame_size: required)."
 requirements:
   - matplotlib >= 3.8 on the controller (a dependency in pyproject.toml)
+extends_documentation_fragment:
+  - xdpfleet.fabric.controller_report
 author:
   - xdpfleet developers (!UNKNOWN)
 options:
@@ -53,19 +55,6 @@ options:
     type: list
     elements: dict
     required: true
-attributes:
-  action:
-    support: full
-    description: All of it is an action plugin, run on the controller.
-  bypass_host_loop:
-    support: full
-    description: One run per play, not one per host.
-  check_mode:
-    support: full
-    description: Nothing is written; C(changed) and C(changed_files) say what would be.
-  diff_mode:
-    support: none
-    description: C(changed_files) lists the files that differ; their content is not shown.
 seealso:
   - module: xdpfleet.fabric.trafficgen
 """
