@@ -82,10 +82,11 @@ def _name(path: str) -> str:
     return Path(path).name.split(".ko")[0].replace("-", "_")
 
 
-def build(kernel: Kernel) -> Path:
-    """The initramfs for this kernel (cached: rebuilt when /init, the module list or busybox change)."""
-    modules = module_order(kernel)
-    digest = hashlib.sha256(INIT.encode() + BUSYBOX.read_bytes())
+def build(kernel: Kernel, init: str = INIT, wanted: tuple[str, ...] = MODULES) -> Path:
+    """The initramfs for this kernel (cached: rebuilt when /init, the module list or busybox change); `init` and
+    `wanted` for a guest that boots otherwise (tests/vm/managed.py: systemd on a disk)."""
+    modules = module_order(kernel, wanted)
+    digest = hashlib.sha256(init.encode() + BUSYBOX.read_bytes())
     for path in modules:
         digest.update(str(path).encode())
     target = kernel.root.parent / f"initramfs-{digest.hexdigest()[:16]}.cpio.gz"
@@ -96,7 +97,7 @@ def build(kernel: Kernel) -> Path:
         for sub in ("bin", "proc", "sys", "dev", "root", "modules"):
             (root / sub).mkdir()
         shutil.copy2(BUSYBOX, root / "bin" / "busybox")
-        (root / "init").write_text(INIT)
+        (root / "init").write_text(init)
         (root / "init").chmod(0o755)
         names = []
         for path in modules:
