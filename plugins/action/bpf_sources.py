@@ -1,7 +1,8 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
-"""xdpfleet.fabric.bpf_sources: the controller's side. Reads the collection's bpf/ tree and runs the module of the
-same name once with all of it (ansible.builtin.copy of a tree runs two modules per file)."""
+"""xdpfleet.fabric.bpf_sources: the controller's side. Reads one of the collection's trees (bpf/, or with
+tree=module_utils plugins/module_utils/) and runs the module of the same name once with all of it
+(ansible.builtin.copy of a tree runs two modules per file)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,18 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 # <collection>/plugins/action/bpf_sources.py -> <collection>/bpf
-BPF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bpf")
+COLLECTION_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BPF_DIR = os.path.join(COLLECTION_DIR, "bpf")
+TREES = {"bpf": BPF_DIR, "module_utils": os.path.join(COLLECTION_DIR, "plugins", "module_utils")}
 
 
 def read_tree(root: str) -> list[dict]:
-    """Every file under `root` (symbolic links followed, as the copy module did) as {path, content}, sorted."""
+    """Every file under `root` (symbolic links followed, as the copy module did) as {path, content}, sorted;
+    Python's byte-code caches left out (made on the controller, for its Python)."""
     tree = []
-    for directory, _dirs, names in os.walk(root, followlinks=True):
+    for directory, dirs, names in os.walk(root, followlinks=True):
+        if "__pycache__" in dirs:
+            dirs.remove("__pycache__")
         for name in names:
             path = os.path.join(directory, name)
             rel = os.path.relpath(path, root).replace(os.sep, "/")
@@ -39,11 +45,14 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         if "files" in args:
-            raise AnsibleActionFail("files: set from the collection's bpf/ directory, not by a task")
+            raise AnsibleActionFail("files: set from the collection's tree (option tree), not by a task")
+        tree = args.get("tree", "bpf")
+        if tree not in TREES:
+            raise AnsibleActionFail(f"tree: {tree!r} is not one of {', '.join(TREES)}")
         try:
-            args["files"] = read_tree(BPF_DIR)
+            args["files"] = read_tree(TREES[tree])
         except OSError as exc:
-            raise AnsibleActionFail(f"files: cannot read the collection's sources in {BPF_DIR}: {exc}") from None
+            raise AnsibleActionFail(f"files: cannot read the collection's tree in {TREES[tree]}: {exc}") from None
         result.update(
             self._execute_module(module_name="xdpfleet.fabric.bpf_sources", module_args=args, task_vars=task_vars)
         )

@@ -54,9 +54,19 @@ options:
     description: Mode of the directories (O(dest), its subdirectories and O(state_dir)), as O(mode).
     type: raw
     default: "0700"
+  tree:
+    description:
+      - Which of the collection's trees the action plugin reads on the controller and installs in O(dest).
+      - V(bpf), the C sources. V(module_utils), the collection's host-side Python library
+        (C(plugins/module_utils), without byte-code caches), which the xdp_host role installs for the entry points
+        its systemd units run (C(xdpfleet-restore), C(xdpfleet-metrics)).
+    type: str
+    choices: [bpf, module_utils]
+    default: bpf
   files:
     description:
-      - The tree, set by the action plugin from the collection's C(bpf/) directory. A task does not set it.
+      - The tree, set by the action plugin from the collection's directory that O(tree) names. A task does not set
+        it.
     type: list
     elements: dict
     required: true
@@ -133,6 +143,7 @@ def main() -> None:
             "bpffs": {"type": "path"},
             "mode": {"type": "raw", "default": "0600"},
             "directory_mode": {"type": "raw", "default": "0700"},
+            "tree": {"type": "str", "choices": ["bpf", "module_utils"], "default": "bpf"},  # read by the action
             "files": {
                 "type": "list",
                 "elements": "dict",

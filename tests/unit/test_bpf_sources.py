@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from ansible_collections.xdpfleet.fabric.plugins.action.bpf_sources import BPF_DIR, read_tree
+from ansible_collections.xdpfleet.fabric.plugins.action.bpf_sources import BPF_DIR, TREES, read_tree
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import sources
 
@@ -215,6 +215,18 @@ def test_the_action_reads_every_file_of_the_collections_bpf_tree():
     assert "vtep/vtep.c" in on_disk and "include/xdpfleet_parse.h" in on_disk
     with open(os.path.join(BPF_DIR, "vtep", "vtep.c"), encoding="utf-8") as f:
         assert next(e for e in tree if e["path"] == "vtep/vtep.c")["content"] == f.read()
+
+
+def test_the_host_library_tree_is_the_python_sources_without_byte_code(tmp_path):
+    """tree=module_utils (the xdp_host role's library for its units); byte-code caches, which the controller's Python
+    writes there, stay behind (they are not UTF-8: read_tree would refuse them)."""
+    paths = [entry["path"] for entry in read_tree(TREES["module_utils"])]
+    assert "host/records.py" in paths and "vtep/deploy.py" in paths
+    assert not [p for p in paths if not p.endswith(".py")], paths
+    (tmp_path / "host" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "host" / "records.py").write_text("RECORDS = 1\n")
+    (tmp_path / "host" / "__pycache__" / "records.cpython-311.pyc").write_bytes(b"\xa7\r\r\n")
+    assert [entry["path"] for entry in read_tree(str(tmp_path))] == ["host/records.py"]
 
 
 def test_the_compile_cache_still_hits_after_a_repair(tmp_path):
