@@ -21,6 +21,7 @@ tap is where the tests inject and capture frames. Addresses: management 198.51.1
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import secrets
 import shutil
@@ -39,11 +40,12 @@ from vmlib import MEMORY_MB, QUEUES, TSC_KHZ, VCPUS, tail
 NS = "xhvm"
 MGMT_HOST = "198.51.100.241"
 MGMT_PREFIX = 29
-UNDERLAY_PREFIX = 29
+UNDERLAY = "ul"  # the data NIC whose taps bridge xhul joins
 DISK_SIZE = "1G"
 # A systemd boot under TCG with a loaded host: from QEMU's start (or the reboot) to sshd answering.
 BOOT_SECONDS = 300
 SSH_PORT = 22
+PR_SET_PDEATHSIG = 1
 # Loaded in the initramfs, dependencies first: the microvm's virtio-mmio bus, the 9p lower layer, the disk and its
 # ext4 (crc32c by name through the crypto API, so not in modules.dep), the overlay, the NICs.
 MODULES = ("virtio_mmio", "9pnet_virtio", "9p", "virtio_blk", "crc32c_generic", "ext4", "overlay", "virtio_net")
@@ -80,27 +82,9 @@ umount /proc /sys
 exec switch_root /newroot /lib/systemd/systemd
 """
 
-# The guest's NICs have no udev to name them: this names them by MAC and gives them this test's addresses, before
-# network.target (sshd listens on the management address; xdpfleet-restore waits for network-online.target).
-NETWORK_SCRIPT = """#!/bin/sh
-set -e
-rename() {{
-    for dev in /sys/class/net/*; do
-        if [ "$(cat "$dev/address")" = "$1" ]; then ip link set dev "${{dev##*/}}" name "$2"; return; fi
-    done
-    echo "no NIC with MAC $1" >&2
-    exit 1
-}}
-rename {mgmt_mac} mgmt
-rename {underlay_mac} ul
-rename {access_mac} acc
-ip addr add {mgmt_ip}/{mgmt_prefix} dev mgmt
-ip link set mgmt up
-ip link set ul mtu {underlay_mtu}
-ip addr add {underlay_ip}/{underlay_prefix} dev ul
-ip link set ul up
-ip link set acc up
-"""
+# The guest's NICs have no udev to name them: xh-network (network_script()) names them by MAC and gives them this
+# test's addresses, before network.target (sshd listens on the management address; xdpfleet-restore waits for
+# network-online.target).
 NETWORK_UNIT = """[Unit]
 Description=xdpfleet tests: name the NICs by their MACs and address them
 Before=network.target ssh.service
@@ -114,6 +98,13 @@ ExecStart=/usr/local/sbin/xh-network
 [Install]
 WantedBy=multi-user.target
 """
+RENAME_FUNCTION = """rename() {
+    for dev in /sys/class/net/*; do
+        if [ "$(cat "$dev/address")" = "$1" ]; then ip link set dev "${dev##*/}" name "$2"; return; fi
+    done
+    echo "no NIC with MAC $1" >&2
+    exit 1
+}"""
 SSHD_CONFIG = """# The test VM's sshd: its own host key (made for this disk image) only; root by key only.
 ListenAddress {mgmt_ip}
 HostKey /etc/ssh/ssh_host_ed25519_key
@@ -132,8 +123,24 @@ def sh(*argv: str, ns: str | None = None) -> str:
     return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
 
 
-def mac(index: int, nic: int) -> str:
-    return f"02:00:00:f0:{index:02x}:{nic:02x}"
+@dataclass(frozen=True)
+class Nic:
+    """A data NIC: its name in the guest, its address (CIDR) if any, and, with `neighbour`, the far end's address,
+    which the guest knows statically (the tap's MAC, tap_mac()); `forwarding` turns IPv4 forwarding on for it."""
+
+    name: str
+    address: str | None = None
+    mtu: int = 1500
+    neighbour: str | None = None
+    forwarding: bool = False
+
+
+def guest_mac(index: int, position: int) -> str:
+    return f"02:00:00:f0:{index:02x}:{position:02x}"
+
+
+def tap_mac(index: int, position: int) -> str:
+    return f"02:00:00:f1:{index:02x}:{position:02x}"
 
 
 @dataclass
@@ -144,21 +151,46 @@ class Guest:
     index: int
     kernel: Kernel
     work: Path
-    underlay_mtu: int = 1600
+    nics: tuple[Nic, ...]
     process: subprocess.Popen | None = None
+    launched: float = 0.0  # time.monotonic() at launch()
     boots: list[float] = field(default_factory=list)  # seconds from each start or reboot to sshd answering
 
     @property
     def mgmt_ip(self) -> str:
         return f"198.51.100.{241 + self.index}"
 
-    @property
-    def underlay_ip(self) -> str:
-        return f"198.51.100.{248 + self.index}"
-
     def tap(self, nic: str) -> str:
-        """The host's end of NIC `nic` (m, u or a: management, underlay, access)."""
+        """The host's end of the guest's NIC `nic` (mgmt or a data NIC's name)."""
         return f"xh{self.index}{nic}"
+
+    def mac(self, nic: str) -> str:
+        """The guest's MAC on NIC `nic`."""
+        return guest_mac(self.index, self._position(nic))
+
+    def tap_mac(self, nic: str) -> str:
+        return tap_mac(self.index, self._position(nic))
+
+    def _position(self, nic: str) -> int:
+        names = ["mgmt", *(n.name for n in self.nics)]
+        return names.index(nic) + 1
+
+    def network_script(self) -> str:
+        lines = ["#!/bin/sh", "set -e", RENAME_FUNCTION]
+        lines += [f"rename {self.mac(nic)} {nic}" for nic in ("mgmt", *(n.name for n in self.nics))]
+        lines += [f"ip addr add {self.mgmt_ip}/{MGMT_PREFIX} dev mgmt", "ip link set mgmt up"]
+        for nic in self.nics:
+            lines.append(f"ip link set {nic.name} mtu {nic.mtu}")
+            if nic.address:
+                lines.append(f"ip addr add {nic.address} dev {nic.name}")
+            lines.append(f"ip link set {nic.name} up")
+            if nic.neighbour:
+                lines.append(
+                    f"ip neigh replace {nic.neighbour} lladdr {self.tap_mac(nic.name)} dev {nic.name} nud permanent"
+                )
+            if nic.forwarding:
+                lines.append(f"sysctl -qw net.ipv4.conf.{nic.name}.forwarding=1")
+        return "\n".join(lines) + "\n"
 
     @property
     def disk(self) -> Path:
@@ -181,11 +213,7 @@ class Guest:
             "etc/ssh/sshd_config": SSHD_CONFIG.format(mgmt_ip=self.mgmt_ip),
             "root/.ssh/authorized_keys": client_key.with_suffix(".pub").read_text(),
             "etc/systemd/system/xh-network.service": NETWORK_UNIT,
-            "usr/local/sbin/xh-network": NETWORK_SCRIPT.format(
-                mgmt_mac=mac(self.index, 1), underlay_mac=mac(self.index, 2), access_mac=mac(self.index, 3),
-                mgmt_ip=self.mgmt_ip, mgmt_prefix=MGMT_PREFIX, underlay_ip=self.underlay_ip,
-                underlay_prefix=UNDERLAY_PREFIX, underlay_mtu=self.underlay_mtu,
-            ),  # fmt: skip
+            "usr/local/sbin/xh-network": self.network_script(),
         }
         for relative, text in files.items():
             path = upper / relative
@@ -225,28 +253,28 @@ class Guest:
             "-device", "virtio-9p-device,fsdev=root,mount_tag=hostroot",
             "-drive", f"file={self.disk},format=raw,if=none,id=state",
             "-device", "virtio-blk-device,drive=state",
-            "-netdev", f"tap,id=mgmt,ifname={self.tap('m')},script=no,downscript=no,vhost=off",
-            "-device", f"virtio-net-device,netdev=mgmt,mac={mac(self.index, 1)}",
+            "-netdev", f"tap,id=mgmt,ifname={self.tap('mgmt')},script=no,downscript=no,vhost=off",
+            "-device", f"virtio-net-device,netdev=mgmt,mac={self.mac('mgmt')}",
         ]  # fmt: skip
-        for nic, name in ((2, "u"), (3, "a")):
+        for nic in self.nics:
             # as vmlib.py's data NICs: native XDP, XDP_TX queues of their own
-            argv += [
-                "-netdev", f"tap,id={name},ifname={self.tap(name)},script=no,downscript=no,vhost=off,queues={QUEUES}",
-                "-device", f"virtio-net-device,netdev={name},mac={mac(self.index, nic)},mq=on,ctrl_guest_offloads=on",
-            ]  # fmt: skip
+            tap = f"tap,id={nic.name},ifname={self.tap(nic.name)},script=no,downscript=no,vhost=off,queues={QUEUES}"
+            device = f"virtio-net-device,netdev={nic.name},mac={self.mac(nic.name)},mq=on,ctrl_guest_offloads=on"
+            argv += ["-netdev", tap, "-device", device]
         return argv
 
-    def start(self) -> None:
+    def launch(self) -> None:
+        """Start QEMU; wait_for_sshd(self.launched) then waits for the boot."""
         image = initramfs.build(self.kernel, INIT, MODULES)
-        started = time.monotonic()
-        self.process = subprocess.Popen(
-            ["ip", "netns", "exec", NS, *self.qemu_argv(image)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=open(self.console.with_suffix(".qemu"), "w"),
-        )  # fmt: skip
-        self.wait_for_sshd(started)
+        self.launched = time.monotonic()
+        with self.console.with_suffix(".qemu").open("w") as qemu_log:
+            self.process = subprocess.Popen(
+                ["ip", "netns", "exec", NS, *self.qemu_argv(image)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=qemu_log, preexec_fn=die_with_parent,
+            )  # fmt: skip
 
     def wait_for_sshd(self, since: float) -> None:
+        """Until sshd answers; the time since `since` (the launch or the reboot) goes into self.boots."""
         deadline = since + BOOT_SECONDS
         while True:
             if self.process.poll() is not None:
@@ -280,6 +308,11 @@ class Guest:
         self.process = None
 
 
+def die_with_parent() -> None:
+    """In the child before exec: QEMU gets SIGTERM when the test process dies (killed, not only failed)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def remove_network() -> None:
     """This harness's namespace and root-namespace link, also a stale pair left by an earlier run."""
     subprocess.run(["ip", "netns", "del", NS], capture_output=True, check=False)
@@ -297,12 +330,13 @@ def make_network(guests: list[Guest]) -> None:
         sh("ip", "-n", NS, "link", "set", bridge, "up")
     sh("ip", "-n", NS, "link", "set", "xhm1", "master", "xhmgmt", "up")
     for guest in guests:
-        sh("ip", "-n", NS, "tuntap", "add", "dev", guest.tap("m"), "mode", "tap")
-        for nic in ("u", "a"):
-            sh("ip", "-n", NS, "tuntap", "add", "dev", guest.tap(nic), "mode", "tap", "multi_queue")
-        # The host's own IPv6 chatter (router solicitations, MLD) would be frames on the guests' NICs.
-        for nic in ("m", "u", "a"):
-            sh("sysctl", "-qw", f"net.ipv6.conf.{guest.tap(nic)}.disable_ipv6=1", ns=NS)
-        sh("ip", "-n", NS, "link", "set", guest.tap("m"), "master", "xhmgmt", "up")
-        sh("ip", "-n", NS, "link", "set", guest.tap("u"), "master", "xhul", "mtu", str(guest.underlay_mtu), "up")
-        sh("ip", "-n", NS, "link", "set", guest.tap("a"), "up")
+        sh("ip", "-n", NS, "tuntap", "add", "dev", guest.tap("mgmt"), "mode", "tap")
+        sh("ip", "-n", NS, "link", "set", guest.tap("mgmt"), "master", "xhmgmt", "up")
+        for nic in guest.nics:
+            tap = guest.tap(nic.name)
+            sh("ip", "-n", NS, "tuntap", "add", "dev", tap, "mode", "tap", "multi_queue")
+            # The host's own IPv6 chatter (router solicitations, MLD) would be frames on the guests' NICs.
+            sh("sysctl", "-qw", f"net.ipv6.conf.{tap}.disable_ipv6=1", ns=NS)
+            sh("ip", "-n", NS, "link", "set", tap, "address", guest.tap_mac(nic.name), "mtu", str(nic.mtu), "up")
+            if nic.name == UNDERLAY:
+                sh("ip", "-n", NS, "link", "set", tap, "master", "xhul")
