@@ -125,12 +125,14 @@ def addresses(assign: dict[str, list[str]], neighbours: list[list[str]], forward
     Path("/proc/sys/net/ipv4/ip_forward").write_text("1" if forwarding else "0")
 
 
+def set_mtu(ifname: str, mtu: int) -> None:
+    run("ip", "link", "set", ifname, "mtu", str(mtu))
+
+
 def router_deploy(interfaces: list[str], mode: str, cache_dir: str) -> dict:
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy
 
-    result = deploy.deploy(
-        paths("router"), interfaces, mode, cache_dir, str(SRC / "router" / "router.c"), INCLUDE_DIRS
-    )
+    result = deploy.deploy(paths("router"), interfaces, mode, cache_dir, str(SRC / "router" / "router.c"), INCLUDE_DIRS)
     return {"changed": result["changed"], "program": result["program"]}
 
 
@@ -147,6 +149,14 @@ def vtep_deploy(document: dict, mode: str, backend: str, cache_dir: str) -> dict
         paths("vtep"), document, mode, cache_dir, str(SRC / "vtep" / "vtep.c"), INCLUDE_DIRS, backend=backend
     )
     return {"changed": result["changed"], "program": result["program"]}
+
+
+def vtep_drops() -> dict:
+    """Frames the VTEP dropped, per port and reason."""
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy
+
+    facts = deploy.read_counters(paths("vtep"))
+    return {port: c["drops"] for port, c in facts["ports"].items() if c.get("drops")}
 
 
 def echo_deploy(ifname: str, mode: str, ports: list[int], addresses: list[str], cache_dir: str) -> dict:
@@ -186,8 +196,8 @@ def sender_run(ifname: str, mode: str, object_path: str, template: dict, dst_mac
 
 
 OPS = {f.__name__: f for f in (
-    setup, load, remove, xdp_state, counter_deploy, counter_read, filter_deploy, filter_read, addresses,
-    router_deploy, router_read, vtep_deploy, echo_deploy, echo_read, echo_remove, sender_run,
+    setup, load, remove, xdp_state, set_mtu, counter_deploy, counter_read, filter_deploy, filter_read, addresses,
+    router_deploy, router_read, vtep_deploy, vtep_drops, echo_deploy, echo_read, echo_remove, sender_run,
 )}  # fmt: skip
 
 

@@ -55,6 +55,7 @@ ROUTER_PORTS = ("198.51.100.229/30", "198.51.100.233/30")
 ROUTER_FAR = ("198.51.100.230", "198.51.100.234")
 VTEP_LOCAL, VTEP_PEERS = "198.51.100.237", ("198.51.100.238", "198.51.100.239")
 PEER_MACS = {VTEP_PEERS[0]: "02:00:00:e0:01:38", VTEP_PEERS[1]: "02:00:00:e0:01:39"}
+UPLINK_MTU = 1600  # room for VXLAN's 50 bytes around a 1500-byte frame of the access port
 FAR_HOST = "02:00:00:e0:02:01"  # a host behind remote VTEP .238, in its static FDB
 LOCAL_HOST = "02:00:00:e0:02:02"  # a host on the access port
 FILTER_RULES = [
@@ -347,6 +348,7 @@ class VtepPlane:
 
     def deploy(self, guest: Guest, mode: str) -> None:
         backend, xdp_mode = ("tc", "native") if mode == "tc" else ("xdp", mode)
+        guest.vm.call("set_mtu", ifname=guest.nics[1], mtu=UPLINK_MTU)
         guest.vm.call("vtep_deploy", document=self.document(guest), mode=xdp_mode, backend=backend,
                       cache_dir=guest.cache_dir)  # fmt: skip
 
@@ -380,6 +382,8 @@ class VtepPlane:
         if [Ether(c)[IP].dst for c in copies] != [VTEP_PEERS[0]]:
             problems.append(f"known unicast: copies to {[Ether(c)[IP].dst for c in copies]}, expected "
                             f"[{VTEP_PEERS[0]}]")  # fmt: skip
+        if problems:
+            problems.append(f"the VTEP's drops: {guest.vm.call('vtep_drops')}")
         return "; ".join(problems) or None
 
     def remove(self, guest: Guest) -> None:
@@ -465,7 +469,8 @@ def table(rounds: list[Round]) -> str:
     notes: list[str] = []
     planes = list(OBJECTS)
     lines = [
-        "| kernel | boot s | round s | " + " | ".join(f"{p} {c}" for p in planes for c in ("load", "attach", "frames"))
+        "| kernel | boot s | round s | "
+        + " | ".join(f"{p} {c}" for p in planes for c in ("load", "attach", "frames"))
         + " |",
         "|---" * (3 + 3 * len(planes)) + "|",
     ]

@@ -14,5 +14,6 @@ def test_every_data_plane_runs_on_debians_kernel(suite, objects, vm_work):
     object_paths, cache_dir = objects
     row = planes.run_round(kernels.kernel(suite), planes.SMOKE_MODES, object_paths, cache_dir, vm_work)
     conftest.record(row)
-    print(f"{row.kernel}: boot {row.boot_seconds:.1f} s, round {row.seconds:.1f} s")
+    each = ", ".join(f"{plane} {result.seconds:.1f}" for plane, result in row.planes.items())
+    print(f"{row.kernel}: boot {row.boot_seconds:.1f} s, round {row.seconds:.1f} s ({each})")
     assert not row.failures(), planes.table([row])

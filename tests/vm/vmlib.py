@@ -135,10 +135,11 @@ class Vm:
         try:
             listener.settimeout(BOOT_SECONDS)
             console = self.console
-            self.process = subprocess.Popen(
-                ["ip", "netns", "exec", self.ns, *self.qemu_argv(image)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(console.with_suffix(".qemu"), "w"),
-            )  # fmt: skip
+            with open(console.with_suffix(".qemu"), "w") as qemu_messages:  # QEMU keeps its own copy of the fd
+                self.process = subprocess.Popen(
+                    ["ip", "netns", "exec", self.ns, *self.qemu_argv(image)],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=qemu_messages,
+                )  # fmt: skip
             try:
                 self.conn, _ = listener.accept()
             except TimeoutError:
