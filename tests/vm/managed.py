@@ -133,6 +133,7 @@ class Nic:
     mtu: int = 1500
     neighbour: str | None = None
     forwarding: bool = False
+    promiscuous: bool = False
 
 
 def guest_mac(index: int, position: int) -> str:
@@ -183,13 +184,15 @@ class Guest:
             lines.append(f"ip link set {nic.name} mtu {nic.mtu}")
             if nic.address:
                 lines.append(f"ip addr add {nic.address} dev {nic.name}")
-            lines.append(f"ip link set {nic.name} up")
+            lines.append(f"ip link set {nic.name} up" + (" promisc on" if nic.promiscuous else ""))
             if nic.neighbour:
                 lines.append(
                     f"ip neigh replace {nic.neighbour} lladdr {self.tap_mac(nic.name)} dev {nic.name} nud permanent"
                 )
-            if nic.forwarding:
-                lines.append(f"sysctl -qw net.ipv4.conf.{nic.name}.forwarding=1")
+            if nic.forwarding:  # IPv4 only: the router would want IPv6 forwarded too on a port that has IPv6
+                lines.append(
+                    f"sysctl -qw net.ipv4.conf.{nic.name}.forwarding=1 net.ipv6.conf.{nic.name}.disable_ipv6=1"
+                )
         return "\n".join(lines) + "\n"
 
     @property
