@@ -100,11 +100,17 @@ options:
     choices: [xdp, tc]
     default: xdp
   source:
-    description: C source of the data plane on the host.
+    description: C source of the data plane's XDP programs on the host (both backends' ingress, and egress).
     type: path
-    default: /var/lib/xdpfleet/src/vtep/vtep.c
+    default: /var/lib/xdpfleet/src/vtep/vtep_xdp.c
+  tc_source:
+    description:
+      - C source of the TC backend's tc program on the host, compiled into an object of its own for I(backend=tc) only,
+        so that the XDP backend needs nothing that program needs. The two objects share the maps.
+    type: path
+    default: /var/lib/xdpfleet/src/vtep/vtep_tc.c
   include_dirs:
-    description: Include directories for compiling I(source).
+    description: Include directories for compiling I(source) and I(tc_source).
     type: list
     elements: path
     default: [/var/lib/xdpfleet/src/include]
@@ -249,6 +255,7 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
             p["include_dirs"],
             p["neighbour_timeout"],
             backend=p["backend"],
+            tc_source=p["tc_source"],
             check_mode=module.check_mode,
             build_dir=module.tmpdir if module.check_mode else None,
             check_host=True,
@@ -270,6 +277,7 @@ def main() -> None:
             "mode": {"type": "str", "choices": ["native", "generic"], "default": "native"},
             "backend": {"type": "str", "choices": ["xdp", "tc"], "default": "xdp"},
             "source": {"type": "path", "default": vd.VTEP_SOURCE},
+            "tc_source": {"type": "path", "default": vd.VTEP_TC_SOURCE},
             "include_dirs": {"type": "list", "elements": "path", "default": vd.VTEP_INCLUDE_DIRS},
             "neighbour_timeout": {"type": "float", "default": vd.NEIGHBOUR_TIMEOUT},
             **xp.HOST_PATHS_ARGUMENT_SPEC,

@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import LAB_PREFIX
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
@@ -68,7 +69,7 @@ def config(peers_100=PEERS_100) -> VtepConfig:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    lab = VtepNetns.create(f"xv-{os.getpid()}", {"a1": 1500, "a2": 1500, "a3": 1500, "tr": 1500, "ul": 1600,
+    lab = VtepNetns.create(f"{LAB_PREFIX}v-{os.getpid()}", {"a1": 1500, "a2": 1500, "a3": 1500, "tr": 1500, "ul": 1600,
                                                   "ul2": 1600})  # fmt: skip
     try:
         lab.load("native", str(tmp_path_factory.mktemp("bpfcache")))

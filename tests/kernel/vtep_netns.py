@@ -106,7 +106,8 @@ class VtepNetns:
     taps: dict[str, Tap] = field(default_factory=dict)
     links: dict[str, int] = field(default_factory=dict)
     tc_links: dict[str, int] = field(default_factory=dict)
-    obj: libbpf.BpfObject | None = None
+    obj: libbpf.BpfObject | None = None  # the XDP programs (vtep_xdp.c)
+    tc_obj: libbpf.BpfObject | None = None  # the TC backend's tc program (vtep_tc.c), on obj's maps
     maps: dict[str, libbpf.Map] = field(default_factory=dict)
     current: plan.MapContents | None = None
     backend: str = "xdp"
@@ -136,17 +137,23 @@ class VtepNetns:
         return lab
 
     def load(self, mode: str, cache_dir: str, fdb_size: int | None = None) -> None:
-        """Compile and load the data plane (its learned FDB sized as a document's fdb_size would) and attach the
-        backend's programs (the XDP backend's, unless attach() says otherwise) to every port."""
-        path, _ = bpf_build.compile_object(
-            str(REPO / "bpf" / "vtep" / "vtep.c"), cache_dir, [str(REPO / "bpf" / "include")]
-        )
+        """Compile and load the data plane, both objects on one set of maps (its learned FDB sized as a document's
+        fdb_size would), and attach the backend's programs (the XDP backend's, unless attach() says otherwise) to
+        every port."""
+        include = [str(REPO / "bpf" / "include")]
+        path, _ = bpf_build.compile_object(str(REPO / "bpf" / "vtep" / "vtep_xdp.c"), cache_dir, include)
+        tc_path, _ = bpf_build.compile_object(str(REPO / "bpf" / "vtep" / "vtep_tc.c"), cache_dir, include)
         self.obj = libbpf.BpfObject(path)
+        self.tc_obj = libbpf.BpfObject(tc_path)
         for layout in layouts.LAYOUTS.values():
             layout.check_object(self.obj)
         if fdb_size:
             self.obj.map(layouts.LEARNED_FDB).set_max_entries(fdb_size)
         self.obj.load()
+        for name, m in self.tc_obj.maps.items():
+            if not m.internal:
+                m.reuse_fd(self.obj.map(name).fd)
+        self.tc_obj.load()
         self.maps = {n: self.obj.map(n) for n in layouts.MAP_NAMES}
         self.current = writer.read(self.maps)
         self.attach(mode)
@@ -161,7 +168,7 @@ class VtepNetns:
             for port in self.ports.values():
                 self.links[port.name] = libbpf.xdp_link_create(ingress, port.ifindex, mode)
                 if self.backend == "tc":
-                    tc_program = self.obj.program(layouts.TC_PROGRAM).fd
+                    tc_program = self.tc_obj.program(layouts.TC_PROGRAM).fd
                     self.tc_links[port.name] = libbpf.tcx_link_create(tc_program, port.ifindex)
 
     def detach(self) -> None:
@@ -199,6 +206,7 @@ class VtepNetns:
             self.detach()
         for tap in self.taps.values():
             tap.sock.close()
-        if self.obj:
-            self.obj.close()
+        for obj in (self.tc_obj, self.obj):
+            if obj:
+                obj.close()
         subprocess.run(["ip", "netns", "del", self.name], check=False)

@@ -299,11 +299,13 @@ def recording(paths: InstancePaths, record: dict, check_mode: bool):
         raise
 
 
-def compatible(pinned: libbpf.MapInfo, pinned_btf: Btf | None, wanted: libbpf.ObjectMap, wanted_btf: Btf) -> bool:
-    """Whether the new object can use a pinned map as it is: same kind and sizes and, where both carry BTF, keys and
-    values of the same shape, and the same numbers for the enums their data planes declare (bpf/abi.py). A struct
-    whose fields moved but whose size did not is a new map, not a misread one; so are counters indexed by a drop
-    reason whose number changed."""
+def compatible(
+    pinned: libbpf.MapInfo | libbpf.ObjectMap, pinned_btf: Btf | None, wanted: libbpf.ObjectMap, wanted_btf: Btf
+) -> bool:
+    """Whether the new object can use a pinned map (or another object's) as it is: same kind and sizes and, where both
+    carry BTF, keys and values of the same shape, and the same numbers for the enums their data planes declare
+    (bpf/abi.py). A struct whose fields moved but whose size did not is a new map, not a misread one; so are counters
+    indexed by a drop reason whose number changed."""
     pinned_flags = pinned.map_flags & ~KERNEL_MAP_FLAGS.get(pinned.type, 0)
     sizes = (pinned.type, pinned.key_size, pinned.value_size, pinned.max_entries, pinned_flags) == (
         wanted.type,
@@ -338,29 +340,39 @@ class Instance:
         layouts: tuple[MapLayout, ...] = (),
         map_sizes: dict[str, int] | None = None,
         tc_program: str | None = None,
+        tc_object_path: str | None = None,
     ):
-        """mode: native or generic XDP, or tc (tcx ingress) for `program`. tc_program: a second program of the object
-        attached at tc ingress of the same interfaces (with an XDP mode only). map_sizes: max_entries of maps sized per
-        instance; a pinned map of another size is replaced."""
+        """mode: native or generic XDP, or tc (tcx ingress) for `program`. tc_program: a second program attached at tc
+        ingress of the same interfaces (with an XDP mode only), of the object, or of tc_object_path's object, which is
+        loaded on the first object's maps (the VTEP's TC backend: its tc program needs what XDP does not). map_sizes:
+        max_entries of maps sized per instance; a pinned map of another size is replaced."""
         if tc_program and mode == TC_MODE:
             raise ValueError("tc_program: the instance's program already runs at tc (mode tc)")
+        if tc_object_path and not tc_program:
+            raise ValueError("tc_object_path: name the tc_program to take from it")
         self.paths = paths
         self.mode = mode
         self.constants = constants
         self.obj = libbpf.BpfObject(object_path)
+        self.tc_obj: libbpf.BpfObject | None = None
         self.running: list[Running] = []
         try:
+            if tc_object_path:
+                self.tc_obj = libbpf.BpfObject(tc_object_path)
             for layout in layouts:  # before load: a C struct that Python does not follow never gets written
                 layout.check_object(self.obj)
             self.program = self.obj.program(program)
             self.programs = {hook_of(mode): self.program}
             if tc_program:
-                self.programs[HOOK_TC] = self.obj.program(tc_program)
+                self.programs[HOOK_TC] = (self.tc_obj or self.obj).program(tc_program)
             self.rodata = set_rodata(self.obj, constants)
             for name, size in (map_sizes or {}).items():
                 self.obj.map(name).set_max_entries(size)
             self.new_maps = self._reuse_pinned_maps()
             self.obj.load()  # verifier errors surface here, before any interface is touched
+            if self.tc_obj:
+                self._share_maps(self.tc_obj)
+                self.tc_obj.load()
             self.infos = {hook: p.info() for hook, p in self.programs.items()}
             self.info = self.infos[hook_of(mode)]
             for hook, info in self.infos.items():
@@ -374,6 +386,19 @@ class Instance:
     @property
     def tc_program(self) -> libbpf.Program | None:
         return self.programs.get(HOOK_TC) if self.mode != TC_MODE else None
+
+    def _share_maps(self, other: libbpf.BpfObject) -> None:
+        """Make `other` run on this instance's (loaded) maps; each of its maps must be one of them, declared alike."""
+        own_btf, other_btf = Btf(self.obj.btf), Btf(other.btf)
+        for name, m in other.maps.items():
+            if m.internal:
+                continue
+            mine = self.obj.maps.get(name)
+            if mine is not None:
+                m.set_max_entries(mine.max_entries)  # sized per instance (map_sizes) like its twin
+            if mine is None or not compatible(mine, own_btf, m, other_btf):
+                raise ValueError(f"{other.path}: map {name} is not declared as in {self.obj.path}")
+            m.reuse_fd(mine.fd)
 
     def _reuse_pinned_maps(self) -> list[str]:
         """Point the object at the instance's pinned maps where they fit; return the maps it must create."""
@@ -564,6 +589,8 @@ class Instance:
             os.close(r.link_fd)
             os.close(r.prog_fd)
         self.running = []
+        if self.tc_obj:
+            self.tc_obj.close()
         self.obj.close()
 
     def __enter__(self) -> Instance:
@@ -585,13 +612,18 @@ def compiled_instance(
     build_dir: str | None = None,
     map_sizes: dict[str, int] | None = None,
     tc_program: str | None = None,
+    tc_source: str | None = None,
 ) -> tuple[str, Instance]:
     """A data plane's source compiled (through the cache; into build_dir on a miss in check mode) and loaded as the
     instance's desired state: the start of every data plane's deploy. Returns the object's path and the Instance.
+    tc_source: the source of tc_program when it has an object of its own (Instance's tc_object_path).
     Raises XdpProgramError with the compiler's or the verifier's message; nothing on the host changed."""
     try:
         object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
-        instance = Instance(paths, object_path, program, mode, {}, layouts, map_sizes, tc_program)
+        tc_object_path = None
+        if tc_source:
+            tc_object_path, _built = bpf_build.compile_object(tc_source, cache_dir, include_dirs, build_dir=build_dir)
+        instance = Instance(paths, object_path, program, mode, {}, layouts, map_sizes, tc_program, tc_object_path)
     except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
         raise XdpProgramError(str(exc)) from exc
     return object_path, instance
@@ -614,7 +646,7 @@ def state_record(
 ) -> dict:
     """What restore needs to bring the instance back (program is the C function, as the object names it; build holds
     the include_dirs and defines the source was compiled with, for when the cached object is gone; tc_program the
-    program an XDP instance also runs at tc ingress)."""
+    program an XDP instance also runs at tc ingress, tc_object its object when it has one of its own)."""
     main_hook = hook_of(instance.mode)
     record = {
         "name": instance.paths.name,
@@ -638,6 +670,8 @@ def state_record(
     }
     if instance.tc_program:
         record["tc_program"] = instance.tc_program.name
+    if instance.tc_obj:
+        record["tc_object"] = instance.tc_obj.path
     return record
 
 

@@ -235,6 +235,7 @@ def _restore_vtep(
             (record.get("build") or {}).get("include_dirs"),
             neighbour_timeout,
             backend="tc" if record.get("tc_program") else "xdp",  # the record names the TC backend's tc program
+            tc_source=record.get("tc_source") or vd.VTEP_TC_SOURCE,
             check_mode=check_mode,
             build_dir=build_dir,
         )

@@ -27,7 +27,10 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import
     validate,
 )
 
-VTEP_SOURCE = "/var/lib/xdpfleet/src/vtep/vtep.c"
+# The XDP programs (both backends' ingress, the XDP backend's egress) and the TC backend's tc program: two objects,
+# so that the XDP backend needs nothing a tc program does.
+VTEP_SOURCE = "/var/lib/xdpfleet/src/vtep/vtep_xdp.c"
+VTEP_TC_SOURCE = "/var/lib/xdpfleet/src/vtep/vtep_tc.c"
 VTEP_INCLUDE_DIRS = ["/var/lib/xdpfleet/src/include"]
 NEIGHBOUR_TIMEOUT = 3.0
 
@@ -131,10 +134,12 @@ def deploy(
     check_host: bool = False,
     allow_management_port: bool = False,
     backend: str = "xdp",
+    tc_source: str = VTEP_TC_SOURCE,
 ) -> dict:
     """Make the VTEP instance match `document`; returns the module result (changed, changes, program, facts, diff).
 
     backend: xdp (flooding in XDP) or tc (the XDP program hands forwarding to a tc ingress program on every port).
+    source: the XDP programs' C source; tc_source: the tc program's, compiled for the tc backend only.
 
     build_dir: where a compile that misses the cache goes in check mode (the cache stays as it was).
     check_host: also hold the document against the host's addresses (host_problems()), as the vtep module does; a
@@ -171,6 +176,7 @@ def deploy(
             build_dir=build_dir,
             map_sizes={layouts.LEARNED_FDB: config.fdb_size},
             tc_program=layouts.TC_PROGRAM if backend == "tc" else None,
+            tc_source=tc_source if backend == "tc" else None,
         )
     except xp.XdpProgramError as exc:
         raise VtepError(f"loading the VTEP data plane failed, nothing was changed: {exc}") from exc
@@ -185,6 +191,8 @@ def deploy(
         maps = {name: instance.obj.map(name) for name in layouts.MAP_NAMES}
         egress = instance.obj.program(layouts.EGRESS_PROGRAM)
         record = xp.state_record(instance, vtep_ports, source, object_path, {"include_dirs": include_dirs})
+        if backend == "tc":
+            record["tc_source"] = tc_source
         # The record first, the maps and links after (see xp.recording).
         recording = xp.recording(paths, {**record, "vtep": document}, check_mode)
         try:
