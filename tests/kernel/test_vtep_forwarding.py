@@ -14,7 +14,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
-from vtep_netns import VtepNetns
+from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts
@@ -81,16 +81,16 @@ def lab(tmp_path_factory):
         lab.close()
 
 
-def attached(lab, backend: str):
-    if lab.backend != backend:
-        lab.attach("native", backend)
+def attached(lab, backend: str, tc_attach: str | None = None):
+    if (lab.backend, lab.tc_attach) != (backend, tc_attach):
+        lab.attach("native", backend, tc_attach)
     return lab
 
 
-@pytest.fixture(params=layouts.BACKENDS)
+@pytest.fixture(params=ATTACHMENTS, ids=ATTACHMENT_IDS)
 def vtep(lab, request):
-    """The VTEP with the programs of each backend attached (native XDP)."""
-    return attached(lab, request.param)
+    """The VTEP with the programs of each backend attached (native XDP; the tc one each way it can be)."""
+    return attached(lab, *request.param)
 
 
 @pytest.fixture

@@ -1,12 +1,14 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 """One BPF program instance attached to a set of interfaces through pinned bpf_links: at XDP (native or generic
-mode), at tc ingress (tcx, mode "tc"), or at both (an XDP program and a tc program of the same object on every
-interface, as the VTEP's tc backend runs: XDP classifies, tc replicates).
+mode), at tc ingress (tcx, mode "tc"), or at both (an XDP program and a tc program on every interface, as the VTEP's
+tc backend runs: XDP classifies, tc replicates). Where the kernel has no tcx (before Linux 6.6) a tc program is a
+cls_bpf filter at clsact ingress instead (bpf/cls_bpf.py), at a priority the record keeps, so that a restore puts
+it back in the same order among the filters there.
 
 Layout on a host, for an instance named N:
   /sys/fs/bpf/xdpfleet/N/links/<ifname>   the bpf_link of each XDP attachment (it keeps the program attached)
-  /sys/fs/bpf/xdpfleet/N/tc-links/<ifname>  the bpf_link of each tcx ingress attachment
+  /sys/fs/bpf/xdpfleet/N/tc-links/<ifname>  the bpf_link of each tcx ingress attachment (a cls_bpf filter has none)
   /sys/fs/bpf/xdpfleet/N/maps/<map>       the object's maps, reused by the next version when compatible
   /var/lib/xdpfleet/programs/N.json       what was attached where, for teardown and restore
 
@@ -27,11 +29,12 @@ import socket
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import declared_enums
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf, MapLayout, set_rodata, shape
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.netlink import NetlinkError
 
 PIN_ROOT = "/sys/fs/bpf/xdpfleet"
 STATE_DIR = "/var/lib/xdpfleet"
@@ -57,10 +60,40 @@ MODES = (*XDP_MODES, TC_MODE)
 HOOK_XDP = "xdp"
 HOOK_TC = "tc"
 PROGRAM_TYPES = {HOOK_XDP: libbpf.BPF_PROG_TYPE_XDP, HOOK_TC: libbpf.BPF_PROG_TYPE_SCHED_CLS}
+# How a tc program is attached: a tcx link (Linux 6.6), or a cls_bpf filter on a clsact qdisc where tcx is missing.
+TC_ATTACH_TCX = "tcx"
+TC_ATTACH_CLS_BPF = "cls_bpf"
+TC_ATTACH_KINDS = (TC_ATTACH_TCX, TC_ATTACH_CLS_BPF)
+# Forces how tc programs are attached whatever the kernel has, read in tc_attach_kind() only: the tests run the
+# cls_bpf fallback on kernels with tcx through it.
+TC_ATTACH_ENV = "XDPFLEET_TC_ATTACH"
+VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
+# The errors of attaching and detaching (libbpf for links, rtnetlink for cls_bpf filters).
+ATTACH_ERRORS = (libbpf.LibbpfError, NetlinkError, cls_bpf.ClsBpfError)
 
 
 def hook_of(mode: str) -> str:
     return HOOK_TC if mode == TC_MODE else HOOK_XDP
+
+
+def kernel_has_tcx() -> bool:
+    """Whether the running kernel attaches tc programs through tcx links: its BTF names BPF_TCX_INGRESS (an enum
+    value of bpf_attach_type, so backports count where a version number would lie)."""
+    try:
+        with open(VMLINUX_BTF, "rb") as btf:
+            return b"\0BPF_TCX_INGRESS\0" in btf.read()
+    except OSError:
+        return False
+
+
+def tc_attach_kind() -> str:
+    """How this host attaches tc programs: tcx where the kernel has it, else cls_bpf; TC_ATTACH_ENV forces one."""
+    forced = os.environ.get(TC_ATTACH_ENV)
+    if forced:
+        if forced not in TC_ATTACH_KINDS:
+            raise XdpProgramError(f"{TC_ATTACH_ENV}: {forced!r} is not one of {', '.join(TC_ATTACH_KINDS)}")
+        return forced
+    return TC_ATTACH_TCX if kernel_has_tcx() else TC_ATTACH_CLS_BPF
 
 
 class XdpProgramError(RuntimeError):
@@ -118,9 +151,10 @@ class Running:
     tag: str
     rodata: bytes
     mode: str  # native, generic or tc; none when the link no longer runs on the interface
+    tc_filter: dict | None = None  # a cls_bpf filter (no link, link_fd -1): its recorded place (tc_filter_place())
 
     def describe(self) -> str:
-        return describe(self.prog_name, self.tag, self.mode)
+        return describe(self.prog_name, self.tag, self.mode, place=self.tc_filter)
 
 
 @dataclass
@@ -134,6 +168,7 @@ class Step:
     foreign_prog_id: int = 0
     foreign_mode: str = ""
     hook: str = HOOK_XDP
+    tc_filter: dict | None = None  # at the tc hook through cls_bpf: the filter's place (tc_filter_place())
 
     @property
     def label(self) -> str:
@@ -171,9 +206,22 @@ def ifindex_of(ifname: str) -> int:
         return 0
 
 
-def describe(name: str, tag: str, mode: str, constants: dict | None = None) -> str:
+def describe(name: str, tag: str, mode: str, constants: dict | None = None, place: dict | None = None) -> str:
+    """A program as it runs; place: the cls_bpf filter it is (none: a link)."""
     knobs = ", ".join(f"{k}={v}" for k, v in sorted((constants or {}).items()))
-    return f"{name} tag {tag} {mode}" + (f" ({knobs})" if knobs else "")
+    where = f" (cls_bpf priority {place['priority']})" if place else ""
+    return f"{name} tag {tag} {mode}{where}" + (f" ({knobs})" if knobs else "")
+
+
+def tc_filter_place(priority: int, handle: int, clsact_created: bool) -> dict:
+    """Where an instance's cls_bpf filter sits on an interface, as its record keeps it: the priority and handle
+    (restore puts it back there, so the filters keep their order), and whether the instance created the clsact
+    qdisc (teardown removes it when it leaves it empty)."""
+    return {"priority": priority, "handle": handle, "clsact_created": clsact_created}
+
+
+def recorded_tc_filter(record: dict, ifname: str) -> dict | None:
+    return ((record.get("interfaces") or {}).get(ifname) or {}).get("tc_filter")
 
 
 def read_rodata(prog_fd: int) -> bytes:
@@ -192,14 +240,17 @@ def read_rodata(prog_fd: int) -> bytes:
     return b""
 
 
-def read_running(paths: InstancePaths, ifname: str, hook: str = HOOK_XDP) -> Running | None:
-    """Open our pinned link for an interface at a hook; None when there is none."""
+def read_running(paths: InstancePaths, ifname: str, hook: str = HOOK_XDP, record: dict | None = None) -> Running | None:
+    """Open our pinned link for an interface at a hook, or at tc our cls_bpf filter where the record (default: the
+    state file's) places one; None when there is neither."""
     try:
         link_fd = libbpf.obj_get(paths.link_pin(ifname, hook))
     except libbpf.LibbpfError as exc:
-        if exc.errno == errno.ENOENT:
+        if exc.errno != errno.ENOENT:
+            raise
+        if hook != HOOK_TC:
             return None
-        raise
+        return read_filter(paths, ifname, load_state(paths) if record is None else record)
     link = libbpf.link_info(link_fd)
     mode = "none"
     if link.ifindex and hook == HOOK_TC:
@@ -220,6 +271,45 @@ def read_running(paths: InstancePaths, ifname: str, hook: str = HOOK_XDP) -> Run
         tag=info.tag,
         rodata=read_rodata(prog_fd),
         mode=mode,
+    )
+
+
+def read_filter(paths: InstancePaths, ifname: str, record: dict) -> Running | None:
+    """Our cls_bpf filter on an interface: at the place the record names, with our name; None when it is not there
+    (a filter of another name there is not ours)."""
+    place = recorded_tc_filter(record, ifname)
+    ifindex = ifindex_of(ifname)
+    if not place or not ifindex:
+        return None
+    try:
+        found = cls_bpf.filters(ifindex)
+    except NetlinkError as exc:
+        raise XdpProgramError(f"{ifname}: reading its tc filters: {exc}") from exc
+    ours = next(
+        (
+            f
+            for f in found
+            if (f.priority, f.handle) == (place["priority"], place["handle"])
+            and f.name == cls_bpf.owner_name(paths.name)
+        ),
+        None,
+    )
+    if ours is None:
+        return None
+    prog_fd = libbpf.prog_fd_by_id(ours.prog_id)
+    info = libbpf.prog_info(prog_fd)
+    return Running(
+        ifname=ifname,
+        link_fd=-1,
+        link_id=0,
+        ifindex=ifindex,
+        prog_id=ours.prog_id,
+        prog_fd=prog_fd,
+        prog_name=info.name,
+        tag=info.tag,
+        rodata=read_rodata(prog_fd),
+        mode=TC_MODE,
+        tc_filter=place,
     )
 
 
@@ -356,6 +446,9 @@ class Instance:
         self.obj = libbpf.BpfObject(object_path)
         self.tc_obj: libbpf.BpfObject | None = None
         self.running: list[Running] = []
+        self.tc_attach = ""  # how the tc program is attached (TC_ATTACH_KINDS): plan() decides
+        self.tc_filters: dict[str, dict] = {}  # interface -> its cls_bpf filter's place (tc_filter_place()): plan()
+        self.record: dict = {}  # the state file as plan() found it
         try:
             if tc_object_path:
                 self.tc_obj = libbpf.BpfObject(tc_object_path)
@@ -431,13 +524,16 @@ class Instance:
                 btf.close()
         return created
 
-    def describe(self, hook: str | None = None) -> str:
+    def describe(self, hook: str | None = None, place: dict | None = None) -> str:
         hook = hook or hook_of(self.mode)
         info = self.infos[hook]
-        return describe(info.name, info.tag, TC_MODE if hook == HOOK_TC else self.mode, self.constants)
+        return describe(info.name, info.tag, TC_MODE if hook == HOOK_TC else self.mode, self.constants, place)
 
     def plan(self, interfaces: list[str], replace_foreign: bool) -> Plan:
+        """What to do on every interface; also decides where each cls_bpf filter goes (tc_filters, for the record)."""
         plan = Plan(new_maps=self.new_maps if os.path.isdir(self.paths.pin_dir) else [])
+        self.tc_attach = tc_attach_kind() if HOOK_TC in self.programs else ""
+        self.record = load_state(self.paths)
         # tc first: an XDP program that hands frames on to the tc one (the VTEP's tc backend) must find it there.
         hooks = sorted(self.programs, key=lambda hook: hook != HOOK_TC)
         wanted = [(ifname, hook) for hook in hooks for ifname in interfaces]
@@ -445,7 +541,7 @@ class Instance:
             plan.steps.append(self._step(ifname, hook, plan, replace_foreign))
         for ifname, hook in recorded_attachments(self.paths):
             if (ifname, hook) not in wanted:
-                running = read_running(self.paths, ifname, hook)
+                running = read_running(self.paths, ifname, hook, self.record)
                 if running:
                     self.running.append(running)
                 before = running.describe() if running else "stale pin"
@@ -454,21 +550,25 @@ class Instance:
 
     def _step(self, ifname: str, hook: str, plan: Plan, replace_foreign: bool) -> Step:
         step = Step(ifname=ifname, action="attach", ifindex=ifindex_of(ifname), after=self.describe(hook), hook=hook)
-        running = read_running(self.paths, ifname, hook)
+        running = read_running(self.paths, ifname, hook, self.record)
         if running:
             self.running.append(running)
             step.running = running
             step.before = running.describe()
+        if hook == HOOK_TC and self.tc_attach == TC_ATTACH_CLS_BPF:
+            step.tc_filter = self._filter_place(ifname, step.ifindex, running)
+            self.tc_filters[ifname] = step.tc_filter
+            step.after = self.describe(hook, step.tc_filter)
         mode = TC_MODE if hook == HOOK_TC else self.mode
         if running and running.ifindex == step.ifindex and running.mode != "none":
             same_program = running.tag == self.infos[hook].tag and running.rodata == self.rodata and not plan.new_maps
-            if running.mode != mode:
+            if running.mode != mode or bool(running.tc_filter) != bool(step.tc_filter):
                 step.action = "reattach"
             else:
                 step.action = "unchanged" if same_program else "replace"
             return step
         if hook == HOOK_TC:
-            return step  # tcx runs several programs on an interface: another one's is no obstacle
+            return step  # tc runs several programs on an interface: another one's is no obstacle
         state = libbpf.xdp_query(step.ifindex)
         if state.prog_id:
             if not replace_foreign:
@@ -489,8 +589,32 @@ class Instance:
             step.before = f"foreign program id {state.prog_id} {state.mode}"
         return step
 
+    def _filter_place(self, ifname: str, ifindex: int, running: Running | None) -> dict:
+        """Where the interface's cls_bpf filter goes: where it is; else where the record puts it (a restore keeps
+        the order of the filters); else after every filter there (as tcx appends). A place another filter holds is
+        refused: a filter that is not ours is never replaced."""
+        if running and running.tc_filter:
+            return running.tc_filter
+        recorded = recorded_tc_filter(self.record, ifname)
+        try:
+            present = cls_bpf.filters(ifindex)
+            clsact_missing = not cls_bpf.has_clsact(ifindex)
+            if not recorded:
+                return tc_filter_place(cls_bpf.priority_after(present), cls_bpf.HANDLE, clsact_missing)
+        except (NetlinkError, cls_bpf.ClsBpfError) as exc:
+            raise XdpProgramError(f"interfaces: {ifname}: tc ingress: {exc}") from exc
+        taken = next((f for f in present if (f.priority, f.handle) == (recorded["priority"], recorded["handle"])), None)
+        if taken:
+            raise XdpProgramError(
+                f"interfaces: {ifname}: the place of this instance's tc filter (priority {recorded['priority']}, "
+                f"handle {recorded['handle']:#x}) holds a {taken.describe()} that it did not attach; remove that "
+                "filter or this instance (state=absent) first"
+            )
+        return tc_filter_place(recorded["priority"], recorded["handle"], recorded["clsact_created"] or clsact_missing)
+
     def apply(self, plan: Plan) -> None:
-        """Make-before-break: attach or replace every interface, then swap map pins, then detach the rest."""
+        """Make-before-break: attach or replace every interface, then swap map pins, then detach the rest (and what
+        a tc attachment that changed its kind ran before)."""
         files.make_private_dirs(self.paths.links_dir)
         if HOOK_TC in self.programs:
             files.make_private_dirs(self.paths.tc_links_dir)
@@ -501,7 +625,7 @@ class Instance:
                 if step.action in ("unchanged", "detach"):
                     continue
                 done.append((step, self._apply_step(step)))
-        except libbpf.LibbpfError as exc:
+        except ATTACH_ERRORS as exc:
             rollback_errors = self._rollback(done)
             detail = f"; rolling back also failed: {'; '.join(rollback_errors)}" if rollback_errors else ""
             raise XdpProgramError(
@@ -520,10 +644,10 @@ class Instance:
             if not os.path.exists(pin_path):
                 m.pin(pin_path)
         for step in plan.steps:
-            if step.action == "detach":
-                detach_link(self.paths, step.ifname, step.running, step.hook)
+            if step.action == "detach" or (step.action == "reattach" and step.hook == HOOK_TC):
+                detach(self.paths, step.ifname, step.running, step.hook)
         if os.path.isdir(self.paths.tc_links_dir) and not os.listdir(self.paths.tc_links_dir):
-            os.rmdir(self.paths.tc_links_dir)  # an instance that moved off tc leaves no empty directory
+            os.rmdir(self.paths.tc_links_dir)  # off tc (or onto cls_bpf): no empty directory left
 
     def running_prog_id(self, plan: Plan) -> int:
         """Id of the program the interfaces run once the plan is applied (the loaded one is discarded if unchanged)."""
@@ -541,17 +665,32 @@ class Instance:
         """Returns the new link fd where one was made (for rollback)."""
         pin_path = self.paths.link_pin(step.ifname, step.hook)
         prog_fd = self.programs[step.hook].fd
+        if step.tc_filter:
+            # A filter replaced in place swaps its program atomically; a new one (attach, or a move from a tcx link,
+            # which goes once every step is done) is added beside what runs.
+            name = cls_bpf.owner_name(self.paths.name)
+            added_clsact = step.action != "replace" and not cls_bpf.has_clsact(step.ifindex)
+            if added_clsact:
+                cls_bpf.add_clsact(step.ifindex)
+            try:
+                replace = step.action == "replace"
+                cls_bpf.attach(step.ifindex, prog_fd, step.tc_filter["priority"], name, replace=replace)
+            except NetlinkError:
+                if added_clsact:
+                    cls_bpf.delete_clsact(step.ifindex)
+                raise
+            return None
         if step.action == "replace":
             libbpf.link_update(step.running.link_fd, prog_fd, old_prog_fd=step.running.prog_fd)
             return None
-        if step.action == "reattach":
+        if step.action == "reattach" and step.hook == HOOK_XDP:
             # Native and generic XDP cannot be active at once on a device: a mode change has a short gap.
             libbpf.link_detach(step.running.link_fd)
             libbpf.unpin(pin_path)
         if step.action == "takeover":
             libbpf.xdp_detach_netlink(step.ifindex, step.foreign_mode)
-        if step.running and os.path.exists(pin_path):  # a stale link whose interface went away
-            libbpf.unpin(pin_path)
+        if step.running and not step.running.tc_filter and os.path.exists(pin_path):
+            libbpf.unpin(pin_path)  # a stale link whose interface went away
         link_fd = self._link_create(step.hook, step.ifindex, prog_fd, self.mode)
         try:
             libbpf.pin(link_fd, pin_path)
@@ -566,13 +705,21 @@ class Instance:
         for step, link_fd in reversed(done):
             pin_path = self.paths.link_pin(step.ifname, step.hook)
             try:
+                if step.tc_filter and step.action == "replace":
+                    priority = step.tc_filter["priority"]
+                    name = cls_bpf.owner_name(self.paths.name)
+                    cls_bpf.attach(step.ifindex, step.running.prog_fd, priority, name, replace=True)
+                    continue
+                if step.tc_filter:
+                    remove_filter(step.ifindex, step.tc_filter)
+                    continue
                 if step.action == "replace":
                     libbpf.link_update(step.running.link_fd, step.running.prog_fd)
                     continue
                 libbpf.link_detach(link_fd)
                 libbpf.unpin(pin_path)
                 os.close(link_fd)
-                if step.action == "reattach":
+                if step.action == "reattach" and step.hook == HOOK_XDP:
                     old = self._link_create(step.hook, step.ifindex, step.running.prog_fd, step.running.mode)
                     libbpf.pin(old, pin_path)
                     os.close(old)
@@ -580,13 +727,13 @@ class Instance:
                     foreign = libbpf.prog_fd_by_id(step.foreign_prog_id)
                     libbpf.xdp_attach_netlink(step.ifindex, foreign, step.foreign_mode)
                     os.close(foreign)
-            except (libbpf.LibbpfError, OSError) as exc:
+            except (*ATTACH_ERRORS, OSError) as exc:
                 errors.append(f"{step.label}: {exc}")
         return errors
 
     def close(self) -> None:
         for r in self.running:
-            os.close(r.link_fd)
+            libbpf.close_fd(r.link_fd)
             os.close(r.prog_fd)
         self.running = []
         if self.tc_obj:
@@ -629,6 +776,26 @@ def compiled_instance(
     return object_path, instance
 
 
+def remove_filter(ifindex: int, place: dict) -> None:
+    """Remove our cls_bpf filter at its place, and the clsact qdisc with it when the instance created that and no
+    filter is left on it (at ingress or egress)."""
+    cls_bpf.detach(ifindex, place["priority"], place["handle"])
+    if place["clsact_created"] and not any(cls_bpf.filters(ifindex, hook) for hook in cls_bpf.HOOK_PARENTS):
+        cls_bpf.delete_clsact(ifindex)
+
+
+def detach(paths: InstancePaths, ifname: str, running: Running | None, hook: str = HOOK_XDP) -> None:
+    """Take away what `running` is: our cls_bpf filter, or our link (and its pin, also when it is stale)."""
+    if running and running.tc_filter:
+        try:
+            remove_filter(running.ifindex, running.tc_filter)
+        except NetlinkError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENODEV):  # gone already, with its interface
+                raise
+        return
+    detach_link(paths, ifname, running, hook)
+
+
 def detach_link(paths: InstancePaths, ifname: str, running: Running | None, hook: str = HOOK_XDP) -> None:
     pin_path = paths.link_pin(ifname, hook)
     if running:
@@ -657,14 +824,7 @@ def state_record(
         "source": source,
         "object": object_path,
         "build": build or {},
-        "interfaces": {
-            ifname: {
-                "ifindex": ifindex_of(ifname),
-                "link_pin": instance.paths.link_pin(ifname, main_hook),
-                **({"tc_link_pin": instance.paths.link_pin(ifname, HOOK_TC)} if instance.tc_program else {}),
-            }
-            for ifname in interfaces
-        },
+        "interfaces": {ifname: attachment_record(instance, ifname, main_hook) for ifname in interfaces},
         "maps": {name: instance.paths.map_pin(name) for name, m in instance.obj.maps.items() if not m.internal},
         "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -673,6 +833,22 @@ def state_record(
     if instance.tc_obj:
         record["tc_object"] = instance.tc_obj.path
     return record
+
+
+def attachment_record(instance: Instance, ifname: str, main_hook: str) -> dict:
+    """An interface's part of the record: its link pins, or for a tc program attached through cls_bpf the filter's
+    place instead of the tc link pin."""
+    entry: dict = {"ifindex": ifindex_of(ifname)}
+    place = instance.tc_filters.get(ifname)
+    if main_hook == HOOK_XDP:
+        entry["link_pin"] = instance.paths.link_pin(ifname, HOOK_XDP)
+    if (main_hook == HOOK_TC or instance.tc_program) and place:
+        entry["tc_filter"] = place
+    elif main_hook == HOOK_TC:
+        entry["link_pin"] = instance.paths.link_pin(ifname, HOOK_TC)
+    elif instance.tc_program:
+        entry["tc_link_pin"] = instance.paths.link_pin(ifname, HOOK_TC)
+    return entry
 
 
 @dataclass
@@ -754,7 +930,7 @@ def converge(
             if plan.changed and not check_mode:
                 try:
                     instance.apply(plan)  # a failed attach is rolled back (XdpProgramError), and the record with it
-                except libbpf.LibbpfError as exc:  # a map pin or detach: the new program runs, its record stays
+                except ATTACH_ERRORS as exc:  # a map pin or detach: the new program runs, its record stays
                     unfinished = exc
         if unfinished:
             raise XdpProgramError(f"{paths.name}: {unfinished}") from unfinished
@@ -772,12 +948,13 @@ def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> C
     removed = Changes(f"{label} {paths.name}")
     check_trusted_paths(paths)
     attachments = recorded_attachments(paths)
+    record = load_state(paths)  # where its cls_bpf filters are: only the record says
     had_record = os.path.exists(paths.state_file)
     if had_record and not check_mode:
         # The record goes first: a removal cut short must not come back at the next boot's restore.
         files.remove_durably(paths.state_file)
     for ifname, hook in attachments:
-        running = read_running(paths, ifname, hook)
+        running = read_running(paths, ifname, hook, record)
         label = Step(ifname, "detach", hook=hook).label
         if running:
             removed.add(f"{label}: detach {running.describe()}", key=label, before=f"{label}: {running.describe()}")
@@ -785,10 +962,10 @@ def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> C
             removed.add(f"{label}: remove stale pin", key=label, before=f"{label}: stale pin")
         try:
             if not check_mode:
-                detach_link(paths, ifname, running, hook)
+                detach(paths, ifname, running, hook)
         finally:
             if running:
-                os.close(running.link_fd)
+                libbpf.close_fd(running.link_fd)
                 os.close(running.prog_fd)
     if os.path.isdir(paths.maps_dir):
         for name in sorted(os.listdir(paths.maps_dir)):

@@ -123,7 +123,7 @@ def deploy(
                         except BaseException:
                             writer.rollback(maps, update)
                             raise
-        except (libbpf.LibbpfError, xp.XdpProgramError) as exc:
+        except (*xp.ATTACH_ERRORS, xp.XdpProgramError) as exc:
             raise FilterError(f"applying the filter failed, previous state restored: {exc}") from exc
         changes = Changes(header)
         changes.extend(update.changes)

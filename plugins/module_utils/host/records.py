@@ -211,7 +211,7 @@ def _restore_program(
             check_mode=check_mode,
             tc_program=record.get("tc_program"),
         )
-    except (xp.XdpProgramError, libbpf.LibbpfError) as exc:
+    except (xp.XdpProgramError, *xp.ATTACH_ERRORS) as exc:
         raise RestoreError(str(exc)) from exc
     changes = done.changes(paths.name)
     return changes.steps, changes.diff() if changes.changed else None

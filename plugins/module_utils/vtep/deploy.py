@@ -210,7 +210,7 @@ def deploy(
             ) from exc
         except xp.RecordError as exc:
             raise VtepError(str(exc)) from exc
-        except (writer.WriteError, libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
+        except (writer.WriteError, *xp.ATTACH_ERRORS, xp.XdpProgramError, ValueError) as exc:
             raise VtepError(f"applying the VTEP configuration failed, previous state restored: {exc}") from exc
         in_maps = done.current if check_mode else done.desired
         config_changes = words.changes(done.current, done.desired, names, header)
