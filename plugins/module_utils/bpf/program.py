@@ -253,9 +253,7 @@ def check_trusted_paths(paths: InstancePaths, object_path: str | None = None) ->
     """Refuse, before anything is read or changed, an instance whose object, state directory or pins another user
     could replace (common/files.py says the rule). Raises XdpProgramError naming the field."""
     try:
-        files.check_trusted_fields(
-            {"object": object_path, "state_dir": paths.state_dir, "pin_root": paths.pin_root}
-        )
+        files.check_trusted_fields({"object": object_path, "state_dir": paths.state_dir, "pin_root": paths.pin_root})
     except files.UntrustedPath as exc:
         raise XdpProgramError(str(exc)) from None
 
