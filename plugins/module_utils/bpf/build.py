@@ -50,7 +50,9 @@ def compile_flags(include_dirs: list[str], defines: dict[str, object]) -> list[s
 def dependencies(source: str, flags: list[str]) -> list[str]:
     """Every file the compile reads (the source and each header it includes, system headers too), as clang's
     preprocessor finds them with these flags. Raises CompileError with clang's diagnostics."""
-    result = subprocess.run([CLANG, *flags, "-M", "-MT", "object", source], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [CLANG, *flags, "-M", "-MT", "object", source], capture_output=True, text=True, check=False
+    )
     if result.returncode != 0:
         raise CompileError(f"clang failed to compile {source}:\n{result.stderr.strip()}")
     # Make syntax: "object: file file \<newline> file ...", a space inside a name escaped as "\ ".
