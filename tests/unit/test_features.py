@@ -132,29 +132,23 @@ def test_a_kernel_with_everything_supports_every_plane_and_variant():
             assert needs.problems(kernel, variant) == [], (needs.plane, variant)
 
 
-def test_a_kernel_without_open_coded_iterators_refuses_the_vtep_naming_kfunc_program_and_version():
-    """Debian 12's 6.1: the VTEP's object carries vtep_replicate, so both backends are refused (issue 24)."""
+def test_a_kernel_without_open_coded_iterators_refuses_the_vtep_tc_backend_naming_kfunc_program_and_version():
+    """Debian 12's 6.1: vtep_replicate is the tc backend's object alone, so the XDP backend runs there (issue 24)."""
     kernel = catalog_kernel(without=("bpf_iter_num_new", "bpf_iter_num_next", "bpf_iter_num_destroy"))
-    for backend in ("xdp", "tc"):
-        problems = vtep_needs.NEEDS.problems(kernel, vtep_needs.variant(backend))
-        assert len(problems) == 3
-        assert problems[0] == (
-            f"kernel: the vtep (backend {backend}) needs kfunc bpf_iter_num_new (open-coded iterators, Linux 6.4) "
-            "for program vtep_replicate; this kernel's BTF does not have it"
-        )
+    assert vtep_needs.NEEDS.problems(kernel, vtep_needs.variant("xdp")) == []
+    problems = vtep_needs.NEEDS.problems(kernel, vtep_needs.variant("tc"))
+    assert len(problems) == 3
+    assert problems[0] == (
+        "kernel: the vtep (backend tc) needs kfunc bpf_iter_num_new (open-coded iterators, Linux 6.4) "
+        "for program vtep_replicate; this kernel's BTF does not have it"
+    )
     assert ft.support([filter_needs.NEEDS], kernel)["filter"]["hook tc"]["supported"]
 
 
-def test_a_kernel_without_tcx_refuses_only_the_tc_variants():
+def test_a_kernel_without_tcx_supports_the_tc_variants_through_cls_bpf():
     kernel = catalog_kernel(without=("BPF_TCX_INGRESS", "BPF_LINK_TYPE_TCX"))
     facts = ft.support(PLANES, kernel)
-    assert facts["filter"]["hook xdp"] == {"supported": True, "missing": []}
-    assert facts["filter"]["hook tc"]["missing"] == [
-        "attach type BPF_TCX_INGRESS (tcx ingress, Linux 6.6) for the tc hook",
-        "link type BPF_LINK_TYPE_TCX (tcx bpf_link, Linux 6.6) for the tc hook",
-    ]
-    assert facts["vtep"]["backend xdp"]["supported"] and not facts["vtep"]["backend tc"]["supported"]
-    assert all(v["supported"] for plane in ("counter", "router", "sender") for v in facts[plane].values())
+    assert all(v["supported"] for plane in facts.values() for v in plane.values()), facts
 
 
 def test_program_flags_are_judged_by_the_btf_record_that_came_with_them():
@@ -187,33 +181,38 @@ def objects(tmp_path_factory):
     cache = tmp_path_factory.mktemp("objects")
     built = {}
     for needs in PLANES:
-        source = REPO / "bpf" / needs.source
-        built[needs.plane], _ = bpf_build.compile_object(str(source), str(cache), [str(REPO / "bpf" / "include")])
+        built[needs.plane] = [
+            bpf_build.compile_object(str(REPO / "bpf" / source), str(cache), [str(REPO / "bpf" / "include")])[0]
+            for source in (needs.source, *needs.more_sources)
+        ]
     return built
 
 
 @pytest.mark.parametrize("needs", PLANES, ids=lambda n: n.plane)
 def test_each_declaration_lists_exactly_what_its_object_calls_and_defines(needs, objects):
     """A helper, kfunc or map type the C starts to use (or stops using) fails here until the declaration follows."""
-    scanned = object_needs.needs_of_object(object_needs.scan(objects[needs.plane]), needs.plane, needs.variants)
-    assert {p: set(h) for p, h in scanned.helpers.items()} == {p: set(h) for p, h in needs.helpers.items()}
-    assert {p: set(k) for p, k in scanned.kfuncs.items()} == {p: set(k) for p, k in needs.kfuncs.items()}
-    assert set(scanned.map_types) == set(needs.map_types)
-    assert scanned.devmap_programs == needs.devmap_programs
+    each = [
+        object_needs.needs_of_object(object_needs.scan(o), needs.plane, needs.variants) for o in objects[needs.plane]
+    ]
+    assert {p: set(h) for s in each for p, h in s.helpers.items()} == {p: set(h) for p, h in needs.helpers.items()}
+    assert {p: set(k) for s in each for p, k in s.kfuncs.items()} == {p: set(k) for p, k in needs.kfuncs.items()}
+    assert {t for s in each for t in s.map_types} == set(needs.map_types)
+    assert tuple(p for s in each for p in s.devmap_programs) == needs.devmap_programs
+    for variant, programs in needs.programs.items():
+        assert set(programs) == set(object_needs.scan(objects[needs.plane][0]).programs), variant
     for name in [n for calls in needs.helpers.values() for n in calls] + list(needs.map_types):
         assert not name.startswith("#") and name in {n for _k, n in ft.CATALOG}, f"{name}: not in the catalog"
 
 
 def test_the_vtep_object_is_scanned_program_by_program(objects):
-    scan = object_needs.scan(objects["vtep"])
-    sections = {p.name: p.section for p in scan.programs.values()}
-    assert sections == {
+    scan, tc_scan = (object_needs.scan(o) for o in objects["vtep"])
+    assert {p.name: p.section for p in scan.programs.values()} == {
         "vtep_ingress": "xdp",
         "vtep_ingress_generic": "xdp",
         "vtep_ingress_tc": "xdp",
         "vtep_egress": "xdp/devmap",
-        "vtep_replicate": "tc",
     }
+    assert {p.name: p.section for p in tc_scan.programs.values()} == {"vtep_replicate": "tc"}
     assert scan.map_types["vni_flood"] == [12, 25], "the array of maps and its DEVMAP_HASH inner maps"
 
 

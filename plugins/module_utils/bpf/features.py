@@ -387,11 +387,8 @@ def feature(kind: str, name: str) -> Feature:
 # What attaching at each hook needs beyond the program itself: xdpfleet attaches only through bpf_link.
 HOOK_FEATURES = {
     "xdp": (("prog_type", "BPF_PROG_TYPE_XDP"), ("attach_type", "BPF_XDP"), ("link_type", "BPF_LINK_TYPE_XDP")),
-    "tc": (
-        ("prog_type", "BPF_PROG_TYPE_SCHED_CLS"),
-        ("attach_type", "BPF_TCX_INGRESS"),
-        ("link_type", "BPF_LINK_TYPE_TCX"),
-    ),
+    # tcx (BPF_TCX_INGRESS, BPF_LINK_TYPE_TCX: 6.6) where the kernel has it, else a cls_bpf filter (program.py)
+    "tc": (("prog_type", "BPF_PROG_TYPE_SCHED_CLS"),),
     "devmap": (("prog_type", "BPF_PROG_TYPE_XDP"), ("attach_type", "BPF_XDP_DEVMAP")),
     "live_frames": (("prog_type", "BPF_PROG_TYPE_XDP"), ("flag", "BPF_F_TEST_XDP_LIVE_FRAMES")),
 }
@@ -403,7 +400,10 @@ class Needs:
     """What one BPF object needs from the kernel, by program, and how each variant of its data plane runs it.
 
     helpers, kfuncs: program -> the helpers and kfuncs it calls (names as in C). libbpf loads every program of an
-    object and resolves every kfunc extern of it, whichever programs a variant attaches, so every variant needs all.
+    object and resolves every kfunc extern of it, whichever programs a variant attaches, so every variant needs all
+    the programs of the objects it loads: all of them, unless `programs` says.
+    more_sources: further objects of the plane, loaded on the first one's maps (the VTEP's tc program: vtep_tc.c).
+    programs: variant -> the programs of the objects it loads, where it loads only some of the plane's objects.
     flags: program -> the program flags it passes (BPF_F_BROADCAST ...), which no object shows.
     variants: label ("backend tc", "hook xdp") -> the hooks that variant attaches at (HOOK_FEATURES).
     devmap_programs: programs that run at devmap egress (SEC("xdp/devmap")), loaded with every variant.
@@ -417,13 +417,18 @@ class Needs:
     kfuncs: dict[str, tuple[str, ...]] = field(default_factory=dict)
     flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
     devmap_programs: tuple[str, ...] = ()
+    more_sources: tuple[str, ...] = ()
+    programs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def required(self, variant: str) -> list[tuple[Feature, str]]:
         """Every feature `variant` needs, each with what needs it ("program vtep_replicate", "the tc hook")."""
         if variant not in self.variants:
             raise ValueError(f"{self.plane}: no variant {variant!r} (it has: {', '.join(self.variants)})")
         out: list[tuple[Feature, str]] = []
+        loaded = self.programs.get(variant)
         for program in sorted({*self.helpers, *self.kfuncs, *self.flags}):
+            if loaded is not None and program not in loaded:
+                continue
             out += [(feature("kfunc", name), f"program {program}") for name in self.kfuncs.get(program, ())]
             out += [(feature("helper", name), f"program {program}") for name in self.helpers.get(program, ())]
             out += [(feature("flag", name), f"program {program}") for name in self.flags.get(program, ())]

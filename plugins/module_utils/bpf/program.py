@@ -32,6 +32,11 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build a
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import declared_enums
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf, MapLayout, set_rodata, shape
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.features import (
+    BtfError,
+    KernelBtfMissing,
+    KernelFeatures,
+)
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, mounts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.netlink import NetlinkError
@@ -66,23 +71,12 @@ TC_ATTACH_KINDS = (TC_ATTACH_TCX, TC_ATTACH_CLS_BPF)
 # Forces how tc programs are attached whatever the kernel has, read in tc_attach_kind() only: the tests run the
 # cls_bpf fallback on kernels with tcx through it.
 TC_ATTACH_ENV = "XDPFLEET_TC_ATTACH"
-VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 # The errors of attaching and detaching (libbpf for links, rtnetlink for cls_bpf filters).
 ATTACH_ERRORS = (libbpf.LibbpfError, NetlinkError, cls_bpf.ClsBpfError)
 
 
 def hook_of(mode: str) -> str:
     return HOOK_TC if mode == TC_MODE else HOOK_XDP
-
-
-def kernel_has_tcx() -> bool:
-    """Whether the running kernel attaches tc programs through tcx links: its BTF names BPF_TCX_INGRESS (an enum
-    value of bpf_attach_type, so backports count where a version number would lie)."""
-    try:
-        with open(VMLINUX_BTF, "rb") as btf:
-            return b"\0BPF_TCX_INGRESS\0" in btf.read()
-    except OSError:
-        return False
 
 
 def tc_attach_kind() -> str:
@@ -92,7 +86,11 @@ def tc_attach_kind() -> str:
         if forced not in TC_ATTACH_KINDS:
             raise XdpProgramError(f"{TC_ATTACH_ENV}: {forced!r} is not one of {', '.join(TC_ATTACH_KINDS)}")
         return forced
-    return TC_ATTACH_TCX if kernel_has_tcx() else TC_ATTACH_CLS_BPF
+    try:
+        has_tcx = KernelFeatures.from_host().has_attach_type("BPF_TCX_INGRESS")
+    except (KernelBtfMissing, BtfError):
+        has_tcx = False  # what the kernel offers is unknown: cls_bpf runs on every kernel
+    return TC_ATTACH_TCX if has_tcx else TC_ATTACH_CLS_BPF
 
 
 class XdpProgramError(RuntimeError):

@@ -1,10 +1,11 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
-"""What the VTEP (bpf/vtep/vtep.c) needs from the kernel, per backend (bpf/features.py says how it is checked).
+"""What the VTEP (bpf/vtep/vtep_xdp.c, and vtep_tc.c for the tc backend) needs from the kernel, per backend
+(bpf/features.py says how it is checked).
 
-One object carries both backends, and libbpf loads all of its programs and resolves all of its kfunc externs: the
-tc backend's vtep_replicate (open-coded iterators, Linux 6.4) is loaded with the XDP backend too. tests/unit/
-test_features.py holds these lists to what the compiled object calls and defines.
+The XDP programs of both backends are one object; the tc backend's vtep_replicate (open-coded iterators, Linux 6.4)
+is an object of its own, which only the tc backend loads. tests/unit/test_features.py holds these lists to what the
+compiled objects call and define.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ _BROADCAST = ("BPF_F_BROADCAST", "BPF_F_EXCLUDE_INGRESS")
 
 NEEDS = Needs(
     plane="vtep",
-    source="vtep/vtep.c",
+    source="vtep/vtep_xdp.c",
+    more_sources=("vtep/vtep_tc.c",),
     helpers={
         "vtep_ingress": _INGRESS,
         "vtep_ingress_generic": _INGRESS,
@@ -53,6 +55,7 @@ NEEDS = Needs(
     flags={"vtep_ingress": _BROADCAST, "vtep_ingress_generic": _BROADCAST},
     devmap_programs=("vtep_egress",),
     variants={"backend xdp": ("xdp",), "backend tc": ("xdp", "tc")},
+    programs={"backend xdp": ("vtep_ingress", "vtep_ingress_generic", "vtep_ingress_tc", "vtep_egress")},
 )
 
 
