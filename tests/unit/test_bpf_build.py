@@ -59,3 +59,13 @@ def test_the_cache_directory_is_made_private(tmp_path):
     path, _ = bpf_build.compile_object(str(src), str(cache))
     modes = {p: oct(os.stat(p).st_mode & 0o777) for p in (cache.parent, cache, path)}
     assert modes == {cache.parent: "0o700", cache: "0o700", path: "0o600"}
+
+
+def test_clang_older_than_the_oldest_that_builds_the_c_is_refused_by_version():
+    assert bpf_build.clang_problem("Debian clang version 14.0.6") is None
+    assert bpf_build.clang_problem("clang version 13.0.1 (Fedora 13.0.1-1.fc35)") is None
+    assert bpf_build.clang_problem("Ubuntu clang version 12.0.1-19ubuntu3") == (
+        "clang: Ubuntu clang version 12.0.1-19ubuntu3 is too old; the C needs clang 13 or newer (kfunc externs and "
+        "BTF-defined map-in-map definitions)"
+    )
+    assert "cannot tell the version" in bpf_build.clang_problem("gcc (Debian 12.2.0-14) 12.2.0")

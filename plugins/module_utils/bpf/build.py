@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import tempfile
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 
 CLANG = "clang"
+# The oldest clang that compiled all of bpf/ into objects that load (Debian's clang-13 and clang-14, checked on
+# this project's machines). The VTEP's kfunc externs (__ksym functions, in BTF) and the BTF-defined map-in-map
+# definitions are what an older clang is least likely to have; none older was tried, so none older is accepted.
+CLANG_MIN_MAJOR = 13
 BASE_FLAGS = ("-O2", "-g", "-target", "bpf", "-Wall", "-Wno-unused-value", "-Wno-compare-distinct-pointer-types")
 
 
@@ -37,6 +42,19 @@ def _compiler_identity() -> str:
     except FileNotFoundError:
         raise CompileError(f"{CLANG} is not installed on this host (the xdp_host role installs it)") from None
     return out.stdout.splitlines()[0] if out.stdout else CLANG
+
+
+def clang_problem(identity: str) -> str | None:
+    """Why this clang (its `--version` first line) cannot build the collection's C, or None."""
+    found = re.search(r"clang version (\d+)\.", identity)
+    if not found:
+        return f"clang: cannot tell the version of {CLANG} from {identity!r}; the C needs clang {CLANG_MIN_MAJOR}+"
+    if int(found.group(1)) < CLANG_MIN_MAJOR:
+        return (
+            f"clang: {identity.strip()} is too old; the C needs clang {CLANG_MIN_MAJOR} or newer (kfunc externs and "
+            "BTF-defined map-in-map definitions)"
+        )
+    return None
 
 
 def compile_flags(include_dirs: list[str], defines: dict[str, object]) -> list[str]:
@@ -64,7 +82,10 @@ def cache_key(source: str, flags: list[str]) -> str:
     """The compiler's identity, the flags, and the name and bytes of every file the compile reads: an edit to any
     header (next to the source, in an include directory or in the system's) is a new key."""
     digest = hashlib.sha256()
-    digest.update(_compiler_identity().encode())
+    identity = _compiler_identity()
+    if (too_old := clang_problem(identity)):
+        raise CompileError(too_old)
+    digest.update(identity.encode())
     digest.update("\0".join(flags).encode())
     for path in dependencies(source, flags):
         digest.update(b"\0" + path.encode() + b"\0")

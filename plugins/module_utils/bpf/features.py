@@ -178,6 +178,9 @@ def _enumerators(blob: bytes, body: int, vlen: int, kind: int, name) -> dict[str
     return values
 
 
+_READ: dict[tuple, KernelFeatures] = {}
+
+
 def _with_prefix(name: str, prefix: str) -> str:
     return name if name.startswith(prefix) else prefix + name
 
@@ -242,8 +245,18 @@ class KernelFeatures:
 
     @classmethod
     def from_host(cls) -> KernelFeatures:
-        """The running kernel's features (or those of the file XDPFLEET_KERNEL_BTF names: tests only)."""
-        return cls.from_file(os.environ.get(KERNEL_BTF_OVERRIDE_ENV) or KERNEL_BTF)
+        """The running kernel's features (or those of the file XDPFLEET_KERNEL_BTF names: tests only), read once
+        per process and file version: a restore checks many instances against one kernel."""
+        path = os.environ.get(KERNEL_BTF_OVERRIDE_ENV) or KERNEL_BTF
+        try:
+            stat = os.stat(path)
+            version = (path, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        except OSError:
+            return cls.from_file(path)  # raises KernelBtfMissing, naming the path
+        if version not in _READ:
+            _READ.clear()
+            _READ[version] = cls.from_file(path)
+        return _READ[version]
 
     def has_helper(self, name: str) -> bool:
         """A helper by its C name (bpf_redirect_map) or its enumerator (BPF_FUNC_redirect_map)."""

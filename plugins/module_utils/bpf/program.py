@@ -29,15 +29,10 @@ import socket
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, features, libbpf, object_needs
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import declared_enums
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf, MapLayout, set_rodata, shape
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.features import (
-    BtfError,
-    KernelBtfMissing,
-    KernelFeatures,
-)
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, mounts
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.netlink import NetlinkError
 
@@ -50,6 +45,7 @@ HOST_PATHS_ARGUMENT_SPEC = {
     "pin_root": {"type": "path", "default": PIN_ROOT},
     "state_dir": {"type": "path", "default": STATE_DIR},
 }
+BPFFS_TYPE = "bpf"
 # Map flags the kernel adds by itself, by map type: programs cannot write a devmap (DEVMAP, DEVMAP_HASH), so it
 # creates each with BPF_F_RDONLY_PROG, which the object does not declare (the kernel refuses it at creation).
 KERNEL_MAP_FLAGS = {
@@ -87,8 +83,8 @@ def tc_attach_kind() -> str:
             raise XdpProgramError(f"{TC_ATTACH_ENV}: {forced!r} is not one of {', '.join(TC_ATTACH_KINDS)}")
         return forced
     try:
-        has_tcx = KernelFeatures.from_host().has_attach_type("BPF_TCX_INGRESS")
-    except (KernelBtfMissing, BtfError):
+        has_tcx = features.KernelFeatures.from_host().has_attach_type("BPF_TCX_INGRESS")
+    except (features.KernelBtfMissing, features.BtfError):
         has_tcx = False  # what the kernel offers is unknown: cls_bpf runs on every kernel
     return TC_ATTACH_TCX if has_tcx else TC_ATTACH_CLS_BPF
 
@@ -184,15 +180,16 @@ class Plan:
         return bool(self.new_maps) or any(s.action != "unchanged" for s in self.steps)
 
 
-def bpffs_problem(pin_root: str) -> str | None:
-    """Why pins cannot be kept under `pin_root` (no bpffs holds it), or None; said the same way by every module."""
-    if mounts.holding_type(pin_root) == mounts.BPFFS_TYPE:
+def bpffs_mounted(path: str = "/sys/fs/bpf") -> bool:
+    with open("/proc/self/mounts") as mounts:
+        return any(line.split()[1] == path and line.split()[2] == BPFFS_TYPE for line in mounts)
+
+
+def bpffs_problem(path: str = "/sys/fs/bpf") -> str | None:
+    """Why pins cannot be kept (bpffs is not mounted at `path`), or None; said the same way by every module."""
+    if bpffs_mounted(path):
         return None
-    where = os.path.dirname(os.path.abspath(pin_root))
-    return (
-        f"bpffs is not mounted at {where}: mount -t bpf bpf {where} (the xdpfleet.fabric.xdp_host role mounts it), "
-        f"so no pin can be made under {pin_root}"
-    )
+    return f"bpffs is not mounted at {path}: mount -t bpf bpf {path} (the xdpfleet.fabric.xdp_host role mounts it)"
 
 
 def ifindex_of(ifname: str) -> int:
@@ -896,6 +893,23 @@ def record_step(state_file: str) -> str:
     return f"record what runs in {state_file} (it recorded something else)"
 
 
+def kernel_problems(object_path: str, mode: str, tc_program: str | None = None) -> list[str]:
+    """What the running kernel lacks to load the object (the helpers, kfuncs and map types it uses, read from it)
+    and to attach it in `mode` (and at tc, with tc_program): one sentence per missing feature (bpf/features.py)."""
+    hooks = (hook_of(mode), *((HOOK_TC,) if tc_program else ()))
+    variant = f"mode {mode}" + (f", tc_program {tc_program}" if tc_program else "")
+    try:
+        found = object_needs.scan(object_path)
+    except object_needs.ObjectError as exc:
+        raise XdpProgramError(f"object: {exc}") from None
+    try:
+        kernel = features.KernelFeatures.from_host()
+    except (features.KernelBtfMissing, features.BtfError) as exc:
+        return [f"kernel: {exc}"]
+    needs = object_needs.needs_of_object(found, f"object {os.path.basename(object_path)}", {variant: hooks}, kernel)
+    return needs.problems(kernel, variant)
+
+
 def converge(
     paths: InstancePaths,
     object_path: str,
@@ -914,6 +928,9 @@ def converge(
     """Load the object, plan, and (unless check_mode) apply and record: the whole present path of an instance, shared
     by the modules that keep one and by restore. Raises XdpProgramError with a message for the user."""
     check_trusted_paths(paths, object_path)
+    problems = kernel_problems(object_path, mode, tc_program)
+    if problems:
+        raise XdpProgramError(f"this kernel cannot run {object_path}, nothing was changed: {'; '.join(problems)}")
     try:
         instance = Instance(paths, object_path, program, mode, constants, layouts, tc_program=tc_program)
     except (libbpf.LibbpfError, ValueError) as exc:

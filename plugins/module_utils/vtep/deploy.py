@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import LayoutMismatch
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import fdb, layouts, plan, words, writer
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import fdb, layouts, needs, plan, words, writer
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     ConfigError,
     InterfaceFacts,
@@ -148,6 +148,10 @@ def deploy(
     that it could not be (and what was not).
     """
     include_dirs = VTEP_INCLUDE_DIRS if include_dirs is None else include_dirs
+    try:
+        features.require(needs.NEEDS, needs.variant(backend))
+    except features.MissingFeatures as exc:
+        raise VtepError(f"this kernel cannot run the VTEP, nothing was changed: {exc}", exc.problems) from exc
     ports = host_ports()
     facts = {name: InterfaceFacts(port.ifindex, port.mtu, port.mac) for name, port in ports.items()}
     try:
