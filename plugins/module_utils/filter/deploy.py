@@ -90,7 +90,7 @@ def deploy(
     except rules.RulesError as exc:
         raise FilterError(str(exc), exc.problems) from exc
     xp_mode = attach_mode(hook, mode, allow_generic)
-    if (no_bpffs := xp.bpffs_problem()):
+    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
         raise FilterError(no_bpffs)
     try:
         xp.check_trusted_paths(paths)

@@ -151,7 +151,7 @@ def deploy(
     problems = interface_problems(interfaces) or forwarding_problems(interfaces)
     if problems:
         raise RouterError("; ".join(problems))
-    if (no_bpffs := xp.bpffs_problem(os.path.dirname(paths.pin_root))):
+    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
         raise RouterError(no_bpffs)
     try:
         xp.check_trusted_paths(paths)
