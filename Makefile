@@ -21,7 +21,7 @@ KEEP_LAB ?= 0
 
 # Debian packages the lab, the tests and the XDP toolchain need on this machine.
 APT_PACKAGES := clang llvm libbpf-dev bpftool openssh-server iproute2 ethtool python3-venv make procps \
-	tcpdump ca-certificates iputils-ping xdp-tools nftables graphviz
+	tcpdump ca-certificates iputils-ping xdp-tools nftables graphviz systemd
 
 # The venv is rebuilt when pyproject.toml changes: its hash is part of the stamp's name.
 PYPROJECT_HASH := $(shell sha256sum $(CURDIR)/pyproject.toml | cut -c1-16)
@@ -123,9 +123,23 @@ need-root:
 		exit 1; \
 	fi
 
+# The unit tests run with no privilege at all (root with every capability dropped, and no way to gain one back),
+# as `make unit` by any user would: a test that needs root belongs in another tier.
+WITHOUT_PRIVILEGE := setpriv --bounding-set=-all --inh-caps=-all --ambient-caps=-all --no-new-privs
+# The other tests see the mounts of a fresh machine: a mount namespace of their own where nothing is mounted at
+# /sys/fs/bpf, whatever this machine has mounted there (a test that needs bpffs mounts one of its own). Slave
+# propagation: the machine's mounts still show, nothing the tests mount or unmount reaches the machine.
+# tests/conftest.py refuses to start when XDPFLEET_TEST_FRESH_MOUNTS is set and a bpffs is still there.
+AS_ON_A_FRESH_MACHINE := unshare --mount --propagation slave -- sh -c \
+	'while mountpoint -q /sys/fs/bpf; do umount -l /sys/fs/bpf || exit 1; done; exec "$$@"' fresh-mounts \
+	env XDPFLEET_TEST_FRESH_MOUNTS=1
+
 test: need-root deps lint
-	@rc=0; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(CURDIR)/tests \
-		|| rc=$$?; \
+	@rc=0; $(WITHOUT_PRIVILEGE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(CURDIR)/tests/unit || rc=$$?; \
+	if [ "$$rc" = 0 ]; then \
+		$(AS_ON_A_FRESH_MACHINE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+			--durations=15 --ignore=$(CURDIR)/tests/unit $(CURDIR)/tests || rc=$$?; \
+	fi; \
 	if [ "$$rc" = 5 ]; then echo "test: pytest collected no tests" >&2; fi; \
 	exit $$rc
 

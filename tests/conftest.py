@@ -24,6 +24,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from lablib import Lab
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import mounts
+
 # The smallest share of the subnet a worker's lab may get: the bridge and the standard topology's five hosts fit a
 # /28, with room for test_lab's clash address (the share's last address but one).
 SMALLEST_WORKER_SUBNET = 28
@@ -85,6 +87,13 @@ UNIT_TESTS = REPO / "tests" / "unit"
 
 
 def pytest_configure(config):
+    # make test hides the machine's bpffs (Makefile, AS_ON_A_FRESH_MACHINE): if that ever stops working, a test that
+    # leans on a bpffs someone mounted by hand would pass here and fail on a fresh machine.
+    if os.environ.get("XDPFLEET_TEST_FRESH_MOUNTS") == "1" and mounts.mounted_type("/sys/fs/bpf") is not None:
+        raise pytest.UsageError(
+            f"XDPFLEET_TEST_FRESH_MOUNTS: /sys/fs/bpf still has a {mounts.mounted_type('/sys/fs/bpf')} mount: the "
+            "tests must see what a fresh machine has (nothing mounted there)"
+        )
     # Without root every test outside tests/unit would only skip, and the run pass having tested nothing. Decided
     # from the paths asked for, before collection, so that it stops a run with pytest-xdist workers the same way.
     if os.geteuid() != 0:

@@ -213,7 +213,7 @@ def validate(module: AnsibleModule) -> None:
     missing = [i for i in p["interfaces"] if not xp.ifindex_of(i)]
     if missing:
         module.fail_json(msg=f"interfaces: no such interface on this host: {', '.join(missing)}")
-    if (no_bpffs := xp.bpffs_problem()):
+    if (no_bpffs := xp.bpffs_problem(p["pin_root"])):
         module.fail_json(msg=no_bpffs)
 
 

@@ -300,13 +300,13 @@ def test_attached_filter_counts_what_the_wire_brings_tagged_or_not(veth, loaded,
 # --- The module's path: deploy() through program.py -----------------------------------------------------------------
 
 
-def test_deploy_changes_rules_in_place_keeping_program_and_counters(veth, tmp_path):
+def test_deploy_changes_rules_in_place_keeping_program_and_counters(veth, tmp_path, bpffs):
     """What xdp_filter does on a host: a re-run changes nothing, check mode only says, and a rules change is written
     into the running filter's maps: same program id, the kept rule's counters go on."""
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as fd
 
-    paths = xp.InstancePaths("xk-filter", f"/sys/fs/bpf/{PREFIX}-flt-{os.getpid()}", str(tmp_path / "state"))
+    paths = xp.InstancePaths("xk-filter", str(bpffs / "xdpfleet"), str(tmp_path / "state"))
     first = [RULES[0], RULES[1]]
     second = [RULES[0], dict(RULES[1], dst_port=4790), RULES[4]]
 

@@ -364,16 +364,6 @@ def test_btf_decode_turns_values_into_data(fixture_object):
     assert bl.sum_values([{"a": 1, "b": [1, 2]}, {"a": 2, "b": [3, 4]}]) == {"a": 3, "b": [4, 6]}
 
 
-@pytest.fixture
-def bpffs(tmp_path):
-    """A bpffs instance of its own (every mount is a new one), gone with the test."""
-    root = tmp_path / "bpffs"
-    root.mkdir()
-    subprocess.run(["mount", "-t", "bpf", "bpf", str(root)], check=True)
-    yield root
-    subprocess.run(["umount", str(root)], check=True)
-
-
 def test_pinned_maps_are_reused_only_with_the_same_layout(tmp_path, bpffs):
     """An upgrade whose struct keeps its size but moves its fields must get a new map: reusing the pinned one
     would make the new program read the old bytes as other fields."""

@@ -32,7 +32,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build a
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, features, libbpf, object_needs
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import declared_enums
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf, MapLayout, set_rodata, shape
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, mounts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.netlink import NetlinkError
 
@@ -45,7 +45,6 @@ HOST_PATHS_ARGUMENT_SPEC = {
     "pin_root": {"type": "path", "default": PIN_ROOT},
     "state_dir": {"type": "path", "default": STATE_DIR},
 }
-BPFFS_TYPE = "bpf"
 # Map flags the kernel adds by itself, by map type: programs cannot write a devmap (DEVMAP, DEVMAP_HASH), so it
 # creates each with BPF_F_RDONLY_PROG, which the object does not declare (the kernel refuses it at creation).
 KERNEL_MAP_FLAGS = {
@@ -180,16 +179,15 @@ class Plan:
         return bool(self.new_maps) or any(s.action != "unchanged" for s in self.steps)
 
 
-def bpffs_mounted(path: str = "/sys/fs/bpf") -> bool:
-    with open("/proc/self/mounts") as mounts:
-        return any(line.split()[1] == path and line.split()[2] == BPFFS_TYPE for line in mounts)
-
-
-def bpffs_problem(path: str = "/sys/fs/bpf") -> str | None:
-    """Why pins cannot be kept (bpffs is not mounted at `path`), or None; said the same way by every module."""
-    if bpffs_mounted(path):
+def bpffs_problem(pin_root: str) -> str | None:
+    """Why pins cannot be kept under `pin_root` (no bpffs holds it), or None; said the same way by every module."""
+    if mounts.holding_type(pin_root) == mounts.BPFFS_TYPE:
         return None
-    return f"bpffs is not mounted at {path}: mount -t bpf bpf {path} (the xdpfleet.fabric.xdp_host role mounts it)"
+    where = os.path.dirname(os.path.abspath(pin_root))
+    return (
+        f"bpffs is not mounted at {where}: mount -t bpf bpf {where} (the xdpfleet.fabric.xdp_host role mounts it), "
+        f"so no pin can be made under {pin_root}"
+    )
 
 
 def ifindex_of(ifname: str) -> int:

@@ -94,7 +94,7 @@ def deploy(
         features.require(needs.NEEDS, needs.variant(hook))
     except features.MissingFeatures as exc:
         raise FilterError(f"this kernel cannot run the filter, nothing was changed: {exc}", exc.problems) from exc
-    if (no_bpffs := xp.bpffs_problem()):
+    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
         raise FilterError(no_bpffs)
     try:
         xp.check_trusted_paths(paths)

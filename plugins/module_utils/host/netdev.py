@@ -163,17 +163,6 @@ def count_queues(entries: list[str]) -> dict:
     }
 
 
-def parse_mounts(text: str) -> dict[str, str]:
-    """Mount point -> filesystem type from /proc/self/mounts; a later mount over the same point wins."""
-    mounts: dict[str, str] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) >= 3:
-            point = fields[1].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
-            mounts[point] = fields[2]
-    return mounts
-
-
 def xdp_feature_names(mask: int) -> list[str]:
     return [name for bit, name in XDP_FEATURE_NAMES if mask & bit]
 

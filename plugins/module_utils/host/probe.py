@@ -25,6 +25,7 @@ import re
 import struct
 import time
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import mounts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 
 XDP_DROP, XDP_PASS, XDP_TX = 1, 2, 3
@@ -158,11 +159,7 @@ def judge_tx(deltas_sysfs: dict, deltas_ethtool: dict, has_xdp_tx_counters: bool
 def host_facts() -> dict:
     uname = platform.uname()
     release = uname.release
-    try:
-        with open("/proc/self/mounts") as f:
-            mounts = netdev.parse_mounts(f.read())
-    except OSError:
-        mounts = {}
+    bpffs_type = mounts.mounted_type(BPFFS)
     return {
         "kernel": {
             "release": release,
@@ -170,7 +167,7 @@ def host_facts() -> dict:
             "version_tuple": list(parse_kernel_release(release)),
         },
         "kernel_btf": os.path.exists(KERNEL_BTF),
-        "bpffs": {"path": BPFFS, "mounted": mounts.get(BPFFS) == "bpf", "fstype": mounts.get(BPFFS)},
+        "bpffs": {"path": BPFFS, "mounted": bpffs_type == mounts.BPFFS_TYPE, "fstype": bpffs_type},
     }
 
 

@@ -338,7 +338,7 @@ def restore(
     there yet, as at boot on a slow underlay) is tried again, with backoff, until it comes back or retry_seconds
     after the first pass have gone; its error then stays in the result. Other failures are reported at once. Check
     mode never retries."""
-    if (no_bpffs := xp.bpffs_problem()):
+    if (no_bpffs := xp.bpffs_problem(host.pin_root)):
         raise RestoreError(no_bpffs)
     try:
         check_trusted(host)

@@ -155,7 +155,7 @@ def deploy(
         features.require(needs.NEEDS, needs.VARIANT)
     except features.MissingFeatures as exc:
         raise RouterError(f"this kernel cannot run the router, nothing was changed: {exc}") from exc
-    if (no_bpffs := xp.bpffs_problem(os.path.dirname(paths.pin_root))):
+    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
         raise RouterError(no_bpffs)
     try:
         xp.check_trusted_paths(paths)

@@ -96,7 +96,7 @@ def present(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
     environment, _warnings = tg.preflight(ifname, 1, sends=False)
     if not environment.get("mac"):
         raise tg.TrafficgenError(f"interface: {ifname} has no MAC address: the echo server answers frames to it")
-    if (no_bpffs := xp.bpffs_problem()):
+    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
         raise tg.TrafficgenError(no_bpffs)
     result = {
         "ports": [lo, hi],

@@ -161,7 +161,7 @@ def deploy(
     if check_host and (problems := host_problems(config, allow_management_port)):
         listed = "\n".join(f"- {p}" for p in problems)
         raise VtepError(f"the VTEP configuration does not fit this host:\n{listed}", problems)
-    if (no_bpffs := xp.bpffs_problem()):
+    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
         raise VtepError(no_bpffs)
     try:
         xp.check_trusted_paths(paths)
