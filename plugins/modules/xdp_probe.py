@@ -172,7 +172,8 @@ ansible_facts:
           type: dict
           sample:
             vtep:
-              backend xdp:
+              backend xdp: {supported: true, missing: []}
+              backend tc:
                 supported: false
                 missing: ["kfunc bpf_iter_num_new (open-coded iterators, Linux 6.4) for program vtep_replicate"]
         tests_skipped:
