@@ -12,6 +12,7 @@ workers' labs run side by side.
 
 import ipaddress
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -122,3 +123,14 @@ def lab(tmp_path_factory):
     finally:
         result = lab.down()
         assert result.rc == 0, f"lab down failed:\n{result}"
+
+
+@pytest.fixture
+def bpffs(tmp_path):
+    """A bpffs instance of the test's own (every mount is a new one) for its pins, gone with the test: a test never
+    pins in the machine's /sys/fs/bpf, which a fresh machine does not even have mounted."""
+    root = tmp_path / "bpffs"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "bpf", "bpf", str(root)], check=True)
+    yield root
+    subprocess.run(["umount", str(root)], check=True)
