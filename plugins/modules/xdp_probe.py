@@ -127,8 +127,10 @@ ansible_facts:
           type: int
         live_frames:
           description:
-            - C(supported), C(kernel_ok) (5.18 or newer), and the result of one live-frames BPF_PROG_RUN with a
-              DROP program (C(ok), C(error)).
+            - C(supported), C(kernel_ok), and the result of one live-frames BPF_PROG_RUN with a DROP program
+              (C(ok), C(error)).
+            - C(kernel_ok) is what the kernel's own BTF says (BPF_F_TEST_XDP_LIVE_FRAMES, Linux 5.18, backports
+              included), not its version number; null when the kernel has no BTF.
           type: dict
           sample: {supported: true, kernel_ok: true, ok: true, error: null}
         interfaces:
