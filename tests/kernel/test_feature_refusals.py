@@ -89,15 +89,18 @@ CHILD = textwrap.dedent(
         else:
             os.environ[features.KERNEL_BTF_OVERRIDE_ENV] = kernels[name]
 
-    def bpftool(*argv):
-        return json.loads(subprocess.run(["bpftool", "-j", *argv], capture_output=True, text=True, check=True).stdout)
+    def prog_name(prog_id):
+        # None for a program gone since it was listed: a link whose last pin went is released by a kernel worker.
+        shown = subprocess.run(["bpftool", "-j", "prog", "show", "id", str(prog_id)], capture_output=True, text=True)
+        return json.loads(shown.stdout)["name"] if shown.returncode == 0 else None
 
     def hooks(ifname):
         # What runs at the interface's XDP hook and its tc ingress (tcx links and cls_bpf filters), each entry with
         # the name of its program, and its qdiscs.
-        net = bpftool("net", "show", "dev", ifname)[0]
+        net = json.loads(subprocess.run(["bpftool", "-j", "net", "show", "dev", ifname], capture_output=True,
+                                        text=True, check=True).stdout)[0]
         for entry in net.get("xdp", []) + net.get("tc", []):
-            entry["prog"] = bpftool("prog", "show", "id", str(entry.get("id") or entry.get("prog_id")))["name"]
+            entry["prog"] = prog_name(entry.get("id") or entry.get("prog_id"))
         qdiscs = json.loads(subprocess.run(["tc", "-j", "qdisc", "show", "dev", ifname], capture_output=True,
                                            text=True, check=True).stdout)
         return {"xdp": net.get("xdp", []), "tc": net.get("tc", []), "qdiscs": sorted(q["kind"] for q in qdiscs)}
@@ -175,7 +178,7 @@ CHILD = textwrap.dedent(
     out["vtep_xdp_to_tc"] = attempt(["acc", "ul"], vtep("vtep", doc["vtep"], "tc"))
     xp.remove(host.instance("vtep"), check_mode=False)
 
-    # Without devmap broadcast: the VTEP is refused whatever its backend.
+    # Without devmap broadcast, which has no fallback: the VTEP is refused.
     kernel("no_broadcast")
     out["vtep_no_broadcast"] = attempt(["acc", "ul"], vtep("vtep", doc["vtep"], "xdp"))
 
@@ -207,7 +210,7 @@ CHILD = textwrap.dedent(
     restored_ports = ["racc", "rul", "xacc", "xul", "rf0"]
     out["restore_deployed"] = snapshot(restored_ports)
     shutil.rmtree(host.pin_root)  # a reboot: the pins and the links they held are gone, the records stay
-    deadline = time.monotonic() + 5  # a link whose last pin went is released by a kernel worker, soon after
+    deadline = time.monotonic() + 5  # the links go with their pins, in a kernel worker's time
     while any(h["xdp"] or h["tc"] for h in snapshot(restored_ports)["hooks"].values()) and time.monotonic() < deadline:
         time.sleep(0.1)
     out["restore_rebooted"] = snapshot(restored_ports)
