@@ -50,10 +50,12 @@ description:
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
   - xdpfleet.fabric.management_port
+  - xdpfleet.fabric.tc_attach
 author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
-  - Linux 5.15 or newer (devmap broadcast and egress programs), 6.6 or newer for I(backend=tc) (tcx links),
+  - Linux 5.15 or newer (devmap broadcast and egress programs); 6.4 or newer for I(backend=tc) (its tc program's
+    open-coded iterators; its tc attachment is a tcx link from 6.6, a cls_bpf filter before),
     libbpf.so.1, bpffs at /sys/fs/bpf
   - pyroute2 and jsonschema on the host; clang when compiling I(source)
 options:
@@ -91,9 +93,10 @@ options:
       - How flooded frames are replicated. C(xdp) with devmap broadcast and a devmap egress program per copy, all in
         XDP.
       - C(tc) as seed 000's XDP + TC comparison does. The same XDP program classifies, admits, decapsulates and learns,
-        then passes each frame with a command in its metadata to a second program at tc ingress of the port (tcx, a
-        pinned link next to the XDP one). That program sends known unicast on, and floods with
-        C(bpf_clone_redirect) - the local copies first, then the Outer added once and rewritten for each peer.
+        then passes each frame with a command in its metadata to a second program at tc ingress of the port (an
+        object of its own, I(tc_source); the notes say how it is attached). That program sends known unicast on, and
+        floods with C(bpf_clone_redirect) - the local copies first, then the Outer added once and rewritten for each
+        peer.
       - Both use the same maps and counters, so C(vtep_info) and the facts read the same. The state file records the
         tc program, and C(xdpfleet.fabric.xdp_restore) brings the VTEP back with its backend.
     type: str

@@ -12,8 +12,8 @@ version_added: "0.1.0"
 description:
   - Deploys the filter of C(bpf/filter) on interfaces and programs its rules into BPF maps. The object has one
     rule-matching core and two programs, so the same compiled rules run at either hook. I(hook=xdp) attaches its
-    XDP program (I(mode) native, or generic when I(allow_generic) says so). I(hook=tc) attaches its tc program at
-    tcx ingress. Either way through a pinned bpf_link.
+    XDP program (I(mode) native, or generic when I(allow_generic) says so), through a pinned bpf_link. I(hook=tc)
+    attaches its tc program at tc ingress (tcx, or cls_bpf on kernels before 6.6: see the notes).
   - "Rules are tried in list order and the first match wins. A rule matches on address family, source and
     destination prefix, IP protocol, and source and destination port ranges. Its action is C(drop) or C(count)
     (count and pass). Each rule has per-CPU packet and byte counters. Frames no rule matches pass, counted by
@@ -34,10 +34,12 @@ description:
     xdpfleet.fabric.xdp_teardown removes it.
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
+  - xdpfleet.fabric.tc_attach
 author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
-  - Linux 6.6 or newer for I(hook=tc) (tcx links), libbpf.so.1, bpffs at /sys/fs/bpf, clang to compile I(source)
+  - Linux 5.9 or newer for I(hook=xdp) (XDP through bpf_link); I(hook=tc) through a tcx link from Linux 6.6, a
+    cls_bpf filter before (see the notes); libbpf.so.1, bpffs at /sys/fs/bpf, clang to compile I(source)
 options:
   name:
     description:
@@ -56,7 +58,7 @@ options:
     type: list
     elements: str
   hook:
-    description: Where the filter runs, C(xdp) or C(tc) (tcx ingress).
+    description: Where the filter runs, C(xdp) or C(tc) (tc ingress).
     type: str
     choices: [xdp, tc]
     default: xdp

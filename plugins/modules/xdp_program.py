@@ -29,6 +29,7 @@ description:
     I(replace_foreign=true).
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
+  - xdpfleet.fabric.tc_attach
 author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
@@ -70,8 +71,9 @@ options:
   mode:
     description:
       - Where the program runs. C(native) is XDP in the driver, before an skb exists. C(generic) is XDP on the skb and
-        works on any interface. C(tc) is tc ingress (tcx, Linux 6.6 or newer) for a C(SEC("tc")) program, after XDP
-        and before the stack; its link is pinned at C(/sys/fs/bpf/xdpfleet/<name>/tc-links/<interface>).
+        works on any interface. C(tc) is tc ingress for a C(SEC("tc")) program, after XDP and before the stack: a
+        tcx link pinned at C(/sys/fs/bpf/xdpfleet/<name>/tc-links/<interface>), or a cls_bpf filter before Linux 6.6
+        (see the notes).
       - The kernel cannot run native and generic XDP on one device at once. So a change between them detaches and
         then attaches, leaving a short gap. A move between XDP and tc attaches at the new hook first and detaches
         from the old one after. Every other change is atomic.
@@ -164,8 +166,9 @@ program:
   sample: {name: xdp_count, tag: 9a1f0c2b3d4e5f60, id: 412}
 interfaces:
   description:
-    - Per attachment, what was done (attach, replace, reattach, takeover, unchanged, detach) and the link pin. An
-      attachment is named by its interface, with C( (tc)) after it at tc ingress.
+    - Per attachment, what was done (attach, replace, reattach, takeover, unchanged, detach) and the link pin, or for
+      a cls_bpf filter its C(tc_filter) (C(priority), C(handle), C(clsact_created)). An attachment is named by its
+      interface, with C( (tc)) after it at tc ingress.
   returned: always
   type: dict
   sample: {p1: {action: replace, ifindex: 7, link_pin: /sys/fs/bpf/xdpfleet/counter/links/p1}}
@@ -255,7 +258,11 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
         "compiled": compiled,
         "program": done.program,
         "interfaces": {
-            s.label: {"action": s.action, "ifindex": s.ifindex, "link_pin": paths.link_pin(s.ifname, s.hook)}
+            s.label: {
+                "action": s.action,
+                "ifindex": s.ifindex,
+                **({"tc_filter": s.tc_filter} if s.tc_filter else {"link_pin": paths.link_pin(s.ifname, s.hook)}),
+            }
             for s in done.plan.steps
         },
         "maps": done.maps,
