@@ -480,8 +480,16 @@ class MissingFeatures(RuntimeError):
 
 
 def require(needs: Needs, variant: str, kernel: KernelFeatures | None = None) -> KernelFeatures:
-    """Refuse (MissingFeatures) unless the running kernel has all that `variant` of the data plane needs; call it
-    before anything on the host changes. A kernel without BTF is refused too: what it offers cannot be known."""
+    """Refuse (MissingFeatures) unless the host's libbpf can be used and the running kernel has all that `variant`
+    of the data plane needs; call it before anything on the host changes. A kernel without BTF is refused too: what
+    it offers cannot be known."""
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf  # loads the shared library
+
+    try:
+        libbpf.lib()
+    except OSError as exc:  # LibbpfUnsupported, or no libbpf at all
+        problem = f"libbpf: the {needs.plane} ({variant}) cannot be loaded: {exc.strerror or exc}"
+        raise MissingFeatures([problem]) from None
     if kernel is None:
         try:
             kernel = KernelFeatures.from_host()
