@@ -14,7 +14,6 @@
 
 #include "vtep_shared.h"
 
-
 /* The tags a frame may carry to be flooded to a tunnel: the stack moves the first into the skb before tc, and each
  * one popped brings the next out. */
 #define TC_TAGS_MAX 2

@@ -33,7 +33,6 @@
  */
 #include "vtep_shared.h"
 
-
 /* A flooded frame's stamp: its facts for the egress programs of its copies, in Outer fields that egress writes for
  * every tunnel copy and removes with the Outer on every local copy. The IP checksum field carries the partial sum
  * of the fixed IP fields (those of the header without id, addresses and checksum), which egress completes. */

@@ -53,7 +53,8 @@ extends_documentation_fragment:
 author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
-  - Linux 5.15 or newer (devmap broadcast and egress programs), 6.6 or newer for I(backend=tc) (tcx links),
+  - Linux 5.15 or newer (devmap broadcast and egress programs); 6.4 or newer for I(backend=tc) (its tc program's
+    open-coded iterators; its tc attachment is a tcx link from 6.6, a cls_bpf filter before),
     libbpf.so.1, bpffs at /sys/fs/bpf
   - pyroute2 and jsonschema on the host; clang when compiling I(source)
 options:
@@ -91,9 +92,10 @@ options:
       - How flooded frames are replicated. C(xdp) with devmap broadcast and a devmap egress program per copy, all in
         XDP.
       - C(tc) as seed 000's XDP + TC comparison does. The same XDP program classifies, admits, decapsulates and learns,
-        then passes each frame with a command in its metadata to a second program at tc ingress of the port (tcx, a
-        pinned link next to the XDP one). That program sends known unicast on, and floods with
-        C(bpf_clone_redirect) - the local copies first, then the Outer added once and rewritten for each peer.
+        then passes each frame with a command in its metadata to a second program at tc ingress of the port (an
+        object of its own, I(tc_source); the notes say how it is attached). That program sends known unicast on, and
+        floods with C(bpf_clone_redirect) - the local copies first, then the Outer added once and rewritten for each
+        peer.
       - Both use the same maps and counters, so C(vtep_info) and the facts read the same. The state file records the
         tc program, and C(xdpfleet.fabric.xdp_restore) brings the VTEP back with its backend.
     type: str
@@ -130,6 +132,16 @@ attributes:
         a static entry as C(+VNI 100: static MAC 02:00:00:00:64:01 on acc100) or C(... at remote 198.51.100.130),
         a VNI in preserve mode as C(+VNI 200: vlan_mode preserve), and the aging time as C(+VTEP: fdb_aging 300 s).
         Then per port the ingress program before and after."
+notes:
+  - "A program at tc ingress is attached through a tcx link (pinned under C(/sys/fs/bpf/xdpfleet/<name>/tc-links))
+    where the kernel has tcx (Linux 6.6, told by its BTF naming C(BPF_TCX_INGRESS)). On older kernels it is a cls_bpf
+    filter in direct-action mode on the interface's clsact qdisc (created when missing), named C(xdpfleet:<name>), at
+    a priority after every filter there. A filter has no pin: the state file records its priority and handle, and a
+    restore puts it back there, so the filters of a hook keep their order among themselves and among filters of
+    others. An upgrade replaces the program in its filter, atomically. Removal takes only that filter, and the clsact
+    qdisc when the module created it and nothing else is left on it. A filter of another at the recorded place is
+    refused, never replaced. The environment variable C(XDPFLEET_TC_ATTACH) (C(tcx) or C(cls_bpf)) forces one way,
+    for tests."
 seealso:
   - module: xdpfleet.fabric.xdp_program
   - module: xdpfleet.fabric.linux_vtep

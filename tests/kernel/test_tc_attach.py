@@ -113,6 +113,22 @@ CHILD = textwrap.dedent(
     out["to_tcx_hook"] = [hook(), cls_bpf.has_clsact(v0), os.path.exists(host.instance("mover").link_pin("v0", "tc"))]
     xp.remove(host.instance("mover"), check_mode=False)
 
+    # A failure half-way: v2 has the legacy ingress qdisc, so no clsact can go there. The upgrade of v0, done first,
+    # is rolled back to the program that ran, and the record stays as it was.
+    os.environ[xp.TC_ATTACH_ENV] = xp.TC_ATTACH_CLS_BPF
+    subprocess.run(["tc", "qdisc", "add", "dev", "v2", "ingress"], check=True)
+    def converge_on(interfaces, path):
+        try:
+            xp.converge(host.instance("halfway"), path, "hooks_tc", "tc", {}, interfaces, None)
+        except xp.XdpProgramError as exc:
+            return str(exc)
+    converge_on(["v0"], obj)
+    before = [hook(), xp.load_state(host.instance("halfway"))]
+    out["halfway_error"] = converge_on(["v0", "v2"], obj_v2)
+    out["halfway_kept"] = [hook(), xp.load_state(host.instance("halfway"))] == before
+    out["halfway_v2_filters"] = [f.kind for f in cls_bpf.filters(socket.if_nametoindex("v2"))]
+    xp.remove(host.instance("halfway"), check_mode=False)
+
     # The VTEP's tc backend as the vtep module deploys it: a broadcast from the access port is flooded to the peer
     # by vtep_replicate in its cls_bpf filter.
     os.environ[xp.TC_ATTACH_ENV] = xp.TC_ATTACH_CLS_BPF
@@ -162,7 +178,7 @@ def run(tmp_path_factory):
     try:
         subprocess.run(["ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
                        check=True)  # fmt: skip
-        for a, b, mtu in (("v0", "v1", "1500"), ("acc", "accp", "1500"), ("ul", "ulp", "1600")):
+        for a, b, mtu in (("v0", "v1", "1500"), ("v2", "v3", "1500"), ("acc", "accp", "1500"), ("ul", "ulp", "1600")):
             pair = [a, "mtu", mtu, "type", "veth", "peer", "name", b, "mtu", mtu]
             subprocess.run(["ip", "-n", name, "link", "add", *pair], check=True)
             for end in (a, b):
@@ -236,6 +252,13 @@ def test_a_move_between_tcx_and_cls_bpf_attaches_the_new_way_before_the_old_goes
     assert [names(run["to_cls_bpf_hook"][0]), run["to_cls_bpf_hook"][1]] == [[("xdpfleet:mover", FIRST)], False]
     assert [s.split(" tag ")[0] for s in run["to_tcx"]["steps"]] == ["v0 (tc): reattach hooks_tc"]
     assert run["to_tcx_hook"] == [[], False, True]  # no filter, and the clsact qdisc it made is gone
+
+
+def test_a_failure_half_way_puts_back_what_ran(run):
+    assert run["halfway_error"].startswith("attaching hooks_tc failed, previous state restored on v0 (tc): ")
+    assert "clsact" in run["halfway_error"]
+    assert run["halfway_kept"] is True  # v0's filter runs the old program again, and the record is the old one
+    assert run["halfway_v2_filters"] == []
 
 
 def test_the_vtep_tc_backend_floods_through_its_cls_bpf_filters(run):

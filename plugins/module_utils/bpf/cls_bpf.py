@@ -139,8 +139,17 @@ def delete_clsact(ifindex: int) -> None:
         nl.request(RTM_DELQDISC, 0, payload, f"delete clsact qdisc (ifindex {ifindex})")
 
 
-def attach(ifindex: int, prog_fd: int, priority: int, name: str, *, replace: bool = False, hook: str = "ingress"):
-    """Put a program at (priority, HANDLE) of the hook as a direct-action cls_bpf filter named `name`. Without
+def attach(
+    ifindex: int,
+    prog_fd: int,
+    priority: int,
+    name: str,
+    *,
+    handle: int = HANDLE,
+    replace: bool = False,
+    hook: str = "ingress",
+) -> None:
+    """Put a program at (priority, handle) of the hook as a direct-action cls_bpf filter named `name`. Without
     replace the place must be free (EEXIST otherwise); with it, the filter there gets the program atomically."""
     options = (
         nl_attr(TCA_BPF_FD, struct.pack("=I", prog_fd))
@@ -148,7 +157,7 @@ def attach(ifindex: int, prog_fd: int, priority: int, name: str, *, replace: boo
         + nl_attr(TCA_BPF_FLAGS, struct.pack("=I", TCA_BPF_FLAG_ACT_DIRECT))
     )
     payload = (
-        _tcmsg(ifindex, HANDLE, HOOK_PARENTS[hook], priority)
+        _tcmsg(ifindex, handle, HOOK_PARENTS[hook], priority)
         + nl_attr(TCA_KIND, b"bpf\0")
         + nl_attr(TCA_OPTIONS | NLA_F_NESTED, options)
     )

@@ -423,10 +423,11 @@ class Instance:
         tc_program: str | None = None,
         tc_object_path: str | None = None,
     ):
-        """mode: native or generic XDP, or tc (tcx ingress) for `program`. tc_program: a second program attached at tc
-        ingress of the same interfaces (with an XDP mode only), of the object, or of tc_object_path's object, which is
-        loaded on the first object's maps (the VTEP's TC backend: its tc program needs what XDP does not). map_sizes:
-        max_entries of maps sized per instance; a pinned map of another size is replaced."""
+        """mode: native or generic XDP, or tc (tc ingress: tcx, or cls_bpf without it) for `program`. tc_program: a
+        second program attached at tc ingress of the same interfaces (with an XDP mode only), of the object, or of
+        tc_object_path's object, which is loaded on the first object's maps (the VTEP's TC backend: its tc program
+        needs what XDP does not). map_sizes: max_entries of maps sized per instance; a pinned map of another size is
+        replaced."""
         if tc_program and mode == TC_MODE:
             raise ValueError("tc_program: the instance's program already runs at tc (mode tc)")
         if tc_object_path and not tc_program:
@@ -664,8 +665,8 @@ class Instance:
             if added_clsact:
                 cls_bpf.add_clsact(step.ifindex)
             try:
-                replace = step.action == "replace"
-                cls_bpf.attach(step.ifindex, prog_fd, step.tc_filter["priority"], name, replace=replace)
+                priority, handle = step.tc_filter["priority"], step.tc_filter["handle"]
+                cls_bpf.attach(step.ifindex, prog_fd, priority, name, handle=handle, replace=step.action == "replace")
             except NetlinkError:
                 if added_clsact:
                     cls_bpf.delete_clsact(step.ifindex)
@@ -697,9 +698,9 @@ class Instance:
             pin_path = self.paths.link_pin(step.ifname, step.hook)
             try:
                 if step.tc_filter and step.action == "replace":
-                    priority = step.tc_filter["priority"]
+                    priority, handle = step.tc_filter["priority"], step.tc_filter["handle"]
                     name = cls_bpf.owner_name(self.paths.name)
-                    cls_bpf.attach(step.ifindex, step.running.prog_fd, priority, name, replace=True)
+                    cls_bpf.attach(step.ifindex, step.running.prog_fd, priority, name, handle=handle, replace=True)
                     continue
                 if step.tc_filter:
                     remove_filter(step.ifindex, step.tc_filter)
