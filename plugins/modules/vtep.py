@@ -230,9 +230,12 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import promiscuous_ports
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.writer import RollbackError
 
 
 def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
@@ -260,6 +263,18 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
         module.fail_json(msg=str(exc))
 
 
+def absent(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
+    """The VTEP detached and unpinned, its record gone, and its ports' promiscuous flags as they were before it."""
+    try:
+        removed = promiscuous_ports.remove(paths, module.check_mode, "vtep")
+    except (libbpf.LibbpfError, OSError, xp.XdpProgramError, RollbackError) as exc:
+        module.fail_json(msg=f"removing vtep {paths.name}: {exc}")
+    result = {"changed": removed.changed, "removed": removed.steps, "changes": removed.steps}
+    if removed.changed:
+        result["diff"] = removed.diff()
+    return result
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -281,8 +296,7 @@ def main() -> None:
     paths = xp.InstancePaths(module.params["name"], module.params["pin_root"], module.params["state_dir"])
     if module.params["state"] == "present":
         module.exit_json(**present(module, paths))
-    result = xp.removal(module, paths, "vtep")
-    module.exit_json(**result, changes=result["removed"])
+    module.exit_json(**absent(module, paths))
 
 
 if __name__ == "__main__":
