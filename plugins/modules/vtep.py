@@ -51,8 +51,9 @@ description:
     module adds no addresses). No port may be the interface the host is managed through, unless
     I(allow_management_port) says so. The configuration must fit the data plane's maps (their sizes in the
     loaded object), also while an update adds new entries before it removes old ones.
-  - A write the kernel refuses half-way is undone, every map entry, member group and promiscuous flag as it was. The module says
-    C(previous state restored) only then; when the undo fails too it says so and names what it could not restore.
+  - A write the kernel refuses half-way is undone, every map entry, member group and promiscuous flag as it was. The
+    module says C(previous state restored) only then; when the undo fails too it says so and names what it could not
+    restore.
   - "Apply compiles the document into map contents and reads the pinned maps. It writes only the difference,
     adding members before removing others, so a VID-to-VNI change needs no reload. It reports C(changed=false)
     when nothing differs, and the diff in words (C(+VNI 100: access port acc100))."
