@@ -156,7 +156,7 @@ options:
       - The sender's frames leave through the driver's XDP transmit (ndo_xdp_xmit). virtio_net, ice, i40e and ixgbe
         set that up only while an XDP program is attached natively, so with I(mode=send) they refuse C(generic)
         before anything changes, naming the driver. A veth transmits XDP frames only when its peer has an XDP
-        program attached natively (or GRO on): run the echo server there with C(native).
+        program attached natively (or GRO on), so run the echo server there with C(native).
     type: str
     choices: [native, generic]
     default: native
