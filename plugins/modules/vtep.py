@@ -37,13 +37,23 @@ description:
     a trunk only when it carries that trunk's VID for the VNI (else it is counted as C(vid_mismatch)), and through
     an access port as it came. So all trunks of such a VNI use the same VID, the VNI has either access ports or
     trunks on a host, not both, and its tunnel ports' MTU must hold the 4-byte tag as well."
+  - "Every access port and trunk is put in promiscuous mode while the VTEP serves it: a NIC (virtio_net, ice, mlx5)
+    drops unicast frames to MACs the host has not asked for before XDP sees them, and these ports receive frames for
+    the endpoints behind other VTEPs (the Linux bridge of C(xdpfleet.fabric.linux_vtep) makes its ports promiscuous
+    for the same reason). Tunnel ports receive VXLAN for the host's own MAC and are left as they are."
+  - The promiscuous flag is set as C(ip link set DEV promisc on) sets it (it adds one to the kernel's count, however
+    often it is set, and leaves the counts of a bridge or a capture alone). The state file records whether each port
+    had the flag before the VTEP took it. A port that leaves the document, and every port when the VTEP is removed
+    (I(state=absent), C(xdpfleet.fabric.xdp_teardown)), gets that flag back, so a port that was promiscuous stays so.
+    C(xdpfleet.fabric.xdp_restore) sets the flag again after a reboot.
   - The document is validated before anything changes, by a JSON Schema and by the rules a schema cannot
     express. Every error names the field and the rule. Each tunnel port must already have its C(local_ip) (the
     module adds no addresses). No port may be the interface the host is managed through, unless
     I(allow_management_port) says so. The configuration must fit the data plane's maps (their sizes in the
     loaded object), also while an update adds new entries before it removes old ones.
-  - A write the kernel refuses half-way is undone, every map entry and member group as it was. The module says
-    C(previous state restored) only then; when the undo fails too it says so and names what it could not restore.
+  - A write the kernel refuses half-way is undone, every map entry, member group and promiscuous flag as it was. The
+    module says C(previous state restored) only then; when the undo fails too it says so and names what it could not
+    restore.
   - "Apply compiles the document into map contents and reads the pinned maps. It writes only the difference,
     adding members before removing others, so a VID-to-VNI change needs no reload. It reports C(changed=false)
     when nothing differs, and the diff in words (C(+VNI 100: access port acc100))."
@@ -131,7 +141,8 @@ attributes:
         port acc100), a peer removed as C(-VNI 200: peer 198.51.100.130 via uplink0) followed by its next-hop MAC,
         a static entry as C(+VNI 100: static MAC 02:00:00:00:64:01 on acc100) or C(... at remote 198.51.100.130),
         a VNI in preserve mode as C(+VNI 200: vlan_mode preserve), and the aging time as C(+VTEP: fdb_aging 300 s).
-        Then per port the ingress program before and after."
+        Then a port's promiscuous flag that changes (C(acc100: promisc off) before, C(acc100: promisc on) after),
+        and per port the ingress program before and after."
 notes:
   - "A program at tc ingress is attached through a tcx link (pinned under C(/sys/fs/bpf/xdpfleet/<name>/tc-links))
     where the kernel has tcx (Linux 6.6, told by its BTF naming C(BPF_TCX_INGRESS)). On older kernels it is a cls_bpf
@@ -195,11 +206,14 @@ removed:
   returned: state=absent
   type: list
   elements: str
-  sample: ["- p1: xdp_count tag 0d112e397a65ba3d native", "- map xdp_counters"]
+  sample:
+    - "acc100: promisc off (as before the VTEP served it)"
+    - "acc100: detach vtep_ingress tag 0d112e397a65ba3d native"
+    - "remove map port_config"
 changes:
   description:
-    - The configuration difference in words, one line per member or peer added (+) or removed (-). The diff shows
-      the same items as before and after.
+    - The configuration difference in words, one line per member or peer added (+) or removed (-), and one per port
+      whose promiscuous flag is set or put back. The diff shows the same items as before and after.
   returned: always
   type: list
   elements: str
@@ -248,9 +262,12 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import promiscuous_ports
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.writer import RollbackError
 
 
 def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
@@ -279,6 +296,18 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
         module.fail_json(msg=str(exc))
 
 
+def absent(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
+    """The VTEP detached and unpinned, its record gone, and its ports' promiscuous flags as they were before it."""
+    try:
+        removed = promiscuous_ports.remove(paths, module.check_mode, "vtep")
+    except (libbpf.LibbpfError, OSError, xp.XdpProgramError, RollbackError) as exc:
+        module.fail_json(msg=f"removing vtep {paths.name}: {exc}")
+    result = {"changed": removed.changed, "removed": removed.steps, "changes": removed.steps}
+    if removed.changed:
+        result["diff"] = removed.diff()
+    return result
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -301,8 +330,7 @@ def main() -> None:
     paths = xp.InstancePaths(module.params["name"], module.params["pin_root"], module.params["state_dir"])
     if module.params["state"] == "present":
         module.exit_json(**present(module, paths))
-    result = xp.removal(module, paths, "vtep")
-    module.exit_json(**result, changes=result["removed"])
+    module.exit_json(**absent(module, paths))
 
 
 if __name__ == "__main__":

@@ -132,3 +132,18 @@ def test_the_echo_servers_addresses_are_given_or_the_templates():
         echo.echo_addresses(["198.51.100.7", "198.51.100"], None)
     with pytest.raises(generator.TrafficgenError, match=r"^addresses: required with mode=echo when no template"):
         echo.echo_addresses(None, None)
+
+
+@pytest.mark.parametrize("driver", ["virtio_net", "ice", "i40e", "ixgbe"])
+def test_generic_mode_is_refused_where_the_driver_transmits_xdp_frames_only_for_a_native_program(driver):
+    problem = generator.generic_send_problem("eth0", driver, "generic")
+    assert problem.startswith(f"attach_mode: generic cannot send from eth0: driver {driver} transmits XDP frames")
+    assert "attached natively" in problem and problem.endswith("use attach_mode: native")
+    assert generator.generic_send_problem("eth0", driver, "native") is None
+
+
+@pytest.mark.parametrize("driver", ["mlx5_core", "veth", None])
+def test_generic_mode_is_allowed_where_the_driver_transmits_without_a_native_program(driver):
+    """mlx5 opens its redirect send queues with every channel; a veth depends on its peer (checked when sending);
+    an interface whose driver is unknown is not refused on a guess."""
+    assert generator.generic_send_problem("eth0", driver, "generic") is None

@@ -35,6 +35,8 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import depl
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import promiscuous_ports
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.writer import RollbackError
 
 RUN_DIR = "/run/xdpfleet"
 INSTANCE_KINDS = ("vtep", "filter", "router")  # a record's key that names its instance's kind (see instance_kind)
@@ -128,8 +130,9 @@ def teardown(host: HostPaths, check_mode: bool, stop_timeout: float = SENDER_STO
         done.senders.extend(stopped)
     for name in pinned_instances(host):
         try:
-            removed = xp.remove(host.instance(name), check_mode)
-        except (libbpf.LibbpfError, OSError) as exc:
+            # A VTEP's record also names its ports' promiscuous flags to put back (vtep/promiscuous_ports.py).
+            removed = promiscuous_ports.remove(host.instance(name), check_mode, "instance")
+        except (libbpf.LibbpfError, OSError, RollbackError) as exc:
             raise xp.XdpProgramError(f"removing instance {name}: {exc}") from exc
         if removed.changed:
             done.instances[name] = removed

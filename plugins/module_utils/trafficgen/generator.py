@@ -188,6 +188,29 @@ def environment(ifname: str, host: dict, iface: dict, peer: dict) -> dict:
     }
 
 
+# Drivers whose ndo_xdp_xmit takes frames only while an XDP program is attached to the device natively: they set up
+# their XDP transmit queues then (from the kernel's sources). The sender's live frames leave through ndo_xdp_xmit, so
+# with its return counter attached in generic mode every frame is dropped, and not counted as sent-and-lost by the
+# driver. mlx5 is not one: it opens a send queue for redirected frames with every channel, XDP program or not.
+NATIVE_XMIT_DRIVERS = {
+    "virtio_net": "virtnet_xdp_xmit refuses frames (ENXIO) while no program is attached natively",
+    "ice": "its XDP transmit rings exist only while a program is attached natively",
+    "i40e": "i40e_xdp_xmit refuses frames (ENXIO) while no program is attached natively",
+    "ixgbe": "its XDP transmit rings exist only while a program is attached natively",
+}
+
+
+def generic_send_problem(ifname: str, driver: str | None, attach_mode: str) -> str | None:
+    """Why the sender cannot send from ifname with its return counter attached in attach_mode; None when it can."""
+    why = NATIVE_XMIT_DRIVERS.get(driver or "")
+    if attach_mode != "generic" or why is None:
+        return None
+    return (
+        f"attach_mode: generic cannot send from {ifname}: driver {driver} transmits XDP frames (ndo_xdp_xmit) only "
+        f"while an XDP program is attached natively ({why}), so every frame would be dropped; use attach_mode: native"
+    )
+
+
 def can_transmit_xdp(ifname: str) -> bool | None:
     """Whether the driver announces ndo-xmit now (None: the kernel does not report XDP features)."""
     features = (netdev.xdp_features(socket.if_nametoindex(ifname)) or {}).get("flags")

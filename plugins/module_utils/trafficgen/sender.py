@@ -127,8 +127,9 @@ def no_xmit_message(ifname: str, environment: dict) -> str:
     if environment["driver"] == "veth":
         peer = environment.get("peer") or "its peer"
         return (
-            f"{ifname} cannot transmit XDP frames: its veth peer has no XDP program (and no GRO): start the echo "
-            f"server on {peer} first (mode=echo), or attach any XDP program there"
+            f"{ifname} cannot transmit XDP frames: its veth peer has no XDP program attached natively (a generic one "
+            f"does not count) and no GRO: start the echo server on {peer} first (mode=echo, attach_mode: native), "
+            "or attach any XDP program there natively"
         )
     return f"{ifname}: driver {environment['driver']} announces no XDP transmit (ndo-xmit): live frames cannot send"
 
@@ -150,6 +151,8 @@ def run(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
     cpus = sender_cpus(p["cpus"], p["threads"])
     check_run_arguments(p)
     environment, warnings = tg.preflight(ifname, len(cpus))
+    if (problem := tg.generic_send_problem(ifname, environment["driver"], p["attach_mode"])):
+        raise tg.TrafficgenError(problem)
     busy = libbpf.xdp_query(netdev.ifindex(ifname))
     if busy.prog_id:
         raise tg.TrafficgenError(

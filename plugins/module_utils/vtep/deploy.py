@@ -17,7 +17,9 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import LayoutMismatch
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.promisc import PromiscError
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import fdb, layouts, needs, plan, words, writer
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import promiscuous_ports as promisc
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     ConfigError,
     InterfaceFacts,
@@ -197,13 +199,19 @@ def deploy(
         record = xp.state_record(instance, vtep_ports, source, object_path, {"include_dirs": include_dirs})
         if backend == "tc":
             record["tc_source"] = tc_source
+        port_flags = promisc.plan(xp.load_state(paths), config, header)
         # The record first, the maps and links after (see xp.recording).
-        recording = xp.recording(paths, {**record, "vtep": document}, check_mode)
+        recording = xp.recording(paths, {**record, "vtep": document, **port_flags.record()}, check_mode)
         try:
             with recording as recorded, writer.update(maps, egress, config, ports, peer_macs, not check_mode) as done:
-                changed = attach_plan.changed or not done.diff.empty
+                changed = attach_plan.changed or not done.diff.empty or port_flags.changed
                 if changed and not check_mode:
-                    instance.apply(attach_plan)
+                    port_flags.apply()
+                    try:
+                        instance.apply(attach_plan)
+                    except BaseException as exc:
+                        port_flags.undo(exc)
+                        raise
         except plan.DoesNotFit as exc:
             raise VtepError(f"the VTEP configuration does not fit the data plane, nothing was changed: {exc}") from exc
         except writer.RollbackError as exc:
@@ -214,10 +222,11 @@ def deploy(
             ) from exc
         except xp.RecordError as exc:
             raise VtepError(str(exc)) from exc
-        except (writer.WriteError, *xp.ATTACH_ERRORS, xp.XdpProgramError, ValueError) as exc:
+        except (writer.WriteError, *xp.ATTACH_ERRORS, xp.XdpProgramError, PromiscError, ValueError) as exc:
             raise VtepError(f"applying the VTEP configuration failed, previous state restored: {exc}") from exc
         in_maps = done.current if check_mode else done.desired
         config_changes = words.changes(done.current, done.desired, names, header)
+        config_changes.extend(port_flags.changes)
         if recorded and not changed:
             config_changes.add(xp.record_step(paths.state_file))
         changed = changed or recorded
