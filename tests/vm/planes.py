@@ -349,6 +349,9 @@ class VtepPlane:
     def deploy(self, guest: Guest, mode: str) -> None:
         backend, xdp_mode = ("tc", "native") if mode == "tc" else ("xdp", mode)
         guest.vm.call("set_mtu", ifname=guest.nics[1], mtu=UPLINK_MTU)
+        # QEMU's virtio-net drops unicast to MACs the guest has not asked for (README.md): the access port must take
+        # frames for the remote hosts' MACs.
+        guest.vm.call("set_promisc", ifname=guest.nics[0], on=True)
         guest.vm.call("vtep_deploy", document=self.document(guest), mode=xdp_mode, backend=backend,
                       cache_dir=guest.cache_dir)  # fmt: skip
 
@@ -388,6 +391,7 @@ class VtepPlane:
 
     def remove(self, guest: Guest) -> None:
         guest.vm.call("remove", name="vtep")
+        guest.vm.call("set_promisc", ifname=guest.nics[0], on=False)
 
 
 SCENARIOS = {
