@@ -125,6 +125,20 @@ def test_without_pyroute2_the_module_imports_and_resolving_dst_mac_says_what_is_
     assert missing_required_lib("pyroute2") in run.stdout
 
 
+def test_the_trafficgen_module_imports_pyroute2_only_to_resolve_a_mac():
+    """pyroute2's import costs more than the rest of an echo or sender task that is given its MACs."""
+    collection = next(p for p in sys.path if p.endswith("/collection"))
+    program = (
+        "import sys\n"
+        "import ansible_collections.xdpfleet.fabric.plugins.modules.trafficgen\n"
+        "from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import echo, sender\n"
+        "print('pyroute2' in sys.modules)\n"
+    )
+    env = {"PYTHONPATH": collection}
+    run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=False)
+    assert (run.returncode, run.stdout.strip()) == (0, "False"), run.stderr
+
+
 def test_the_echo_servers_addresses_are_given_or_the_templates():
     assert echo.echo_addresses(None, "udp6") == ("2001:db8::2",)
     assert echo.echo_addresses(["198.51.100.7"], "udp4") == ("198.51.100.7",)
