@@ -125,7 +125,8 @@ def vtep(ns: str, paths: dict, backend: str, config: dict, check_mode: bool = Fa
         "config": config,
         "backend": backend,
         "allow_management_port": True,
-        "source": str(REPO / "bpf" / "vtep" / "vtep.c"),
+        "source": str(REPO / "bpf" / "vtep" / "vtep_xdp.c"),
+        "tc_source": str(REPO / "bpf" / "vtep" / "vtep_tc.c"),
         "include_dirs": [str(REPO / "bpf" / "include")],
     }
     return run_module(ns, "vtep", args, paths, check_mode)

@@ -150,7 +150,8 @@ def vtep_deploy(document: dict, mode: str, backend: str, cache_dir: str) -> dict
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy
 
     result = deploy.deploy(
-        paths("vtep"), document, mode, cache_dir, str(SRC / "vtep" / "vtep.c"), INCLUDE_DIRS, backend=backend
+        paths("vtep"), document, mode, cache_dir, str(SRC / "vtep" / "vtep_xdp.c"), INCLUDE_DIRS, backend=backend,
+        tc_source=str(SRC / "vtep" / "vtep_tc.c"),
     )
     return {"changed": result["changed"], "program": result["program"]}
 

@@ -33,8 +33,10 @@ OBJECTS = {
     "sender": "trafficgen/sender.c",
     "filter": "filter/filter.c",
     "router": "router/router.c",
-    "vtep": "vtep/vtep.c",
+    "vtep": "vtep/vtep_xdp.c",
 }
+# The VTEP's tc backend also loads the tc program's own object (compiled beside the others, so the guest finds it).
+VTEP_TC_SOURCE = "vtep/vtep_tc.c"
 # The modes each data plane is tried in on virtio-net: XDP native and generic, and the tc hook where it has one
 # (the filter at tc; the VTEP's tc backend: XDP classifies, tc replicates).
 MODES = {
@@ -66,8 +68,10 @@ FILTER_RULES = [
 
 
 def compile_objects(cache_dir: str) -> dict[str, str]:
-    """The six objects, compiled on the host as the modules compile them (bpf/build.py, one cache), once."""
+    """The six objects, compiled on the host as the modules compile them (bpf/build.py, one cache), once; and the
+    VTEP's tc object into the same cache."""
     include = [str(REPO / "bpf" / "include")]
+    bpf_build.compile_object(str(REPO / "bpf" / VTEP_TC_SOURCE), cache_dir, include)
     return {
         plane: bpf_build.compile_object(str(REPO / "bpf" / source), cache_dir, include)[0]
         for plane, source in OBJECTS.items()

@@ -66,6 +66,8 @@ def clang_problem(identity: str) -> str | None:
             "BTF-defined map-in-map definitions)"
         )
     return None
+
+
 def _compiler_file() -> str:
     """Identity of the compiler binary without running it: its resolved path, size and mtime."""
     found = shutil.which(CLANG)
