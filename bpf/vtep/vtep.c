@@ -27,11 +27,60 @@
  * each frame per device instead (copy_state, by the frame's stamp): copy n goes to the n-th peer of the VNI behind
  * the port, tunnel_peers[port_vnis[vni, port].first_peer + n].
  *
- * vtep_ingress_tc is the TC backend's ingress (see vtep_tc.c): it shares all of ingress, but where the XDP backend
- * redirects it leaves a command in the frame's metadata (struct tc_command) and passes the frame on to tc. It is
- * here, with the other XDP programs, so that the XDP backend's object needs nothing a tc program needs.
+ * The TC backend (seed 000's XDP + TC) shares all of ingress: vtep_ingress_tc classifies, admits, decapsulates and
+ * learns as above, but where the XDP backend redirects it leaves a command in the frame's metadata (struct
+ * tc_command) and passes the frame to the stack, which hands it, as an skb with that metadata, to vtep_replicate at
+ * tc ingress of the same port. That program sends known unicast on, and replicates a flooded frame with
+ * bpf_clone_redirect: the local copies first, then the Outer added once and, per peer, its addresses written and
+ * the copy sent. It walks the VNI's members in vni_members (a devmap cannot be iterated from BPF).
  */
-#include "vtep_shared.h"
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "xdpfleet_parse.h"
+#include "xdpfleet_csum.h"
+#include "vtep.h"
+
+#define VXLAN_FLAG_VNI bpf_htonl(0x08000000)
+#define OUTER_TTL 64
+#define NO_VNI_SLOT 0xffff
+/* A redirected frame may be this much longer than its device's MTU (Ethernet header and one tag); the kernel drops a
+ * longer one before it reaches the device or an egress program (xdp_ok_fwd_dev). layouts.DEVMAP_FRAME_ALLOWANCE. */
+#define DEVICE_FRAME_ALLOWANCE 18
+
+struct vxlanhdr {
+	__be32 flags;
+	__be32 vni; /* VNI in the upper 24 bits */
+};
+
+struct outer_hdr {
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct udphdr udp;
+	struct vxlanhdr vxlan;
+} __attribute__((packed));
+
+/* Byte offsets in the Outer. It is written and patched as words: the struct is packed, and byte-wise copies of it
+ * cost more than the rest of a copy's work. */
+#define OUTER_DMAC 0
+#define OUTER_SMAC 6
+#define OUTER_IP_ID 18
+#define OUTER_IP_CHECK 24
+#define OUTER_IP_SADDR 26
+#define OUTER_IP_DADDR 30
+#define OUTER_UDP_SOURCE 34
+#define OUTER_VXLAN_VNI 46
+
+_Static_assert(sizeof(struct outer_hdr) == VXLAN_OVERHEAD, "outer header is 50 bytes");
+_Static_assert(__builtin_offsetof(struct outer_hdr, ip.id) == OUTER_IP_ID &&
+		       __builtin_offsetof(struct outer_hdr, ip.check) == OUTER_IP_CHECK &&
+		       __builtin_offsetof(struct outer_hdr, ip.saddr) == OUTER_IP_SADDR &&
+		       __builtin_offsetof(struct outer_hdr, ip.daddr) == OUTER_IP_DADDR &&
+		       __builtin_offsetof(struct outer_hdr, udp.source) == OUTER_UDP_SOURCE &&
+		       __builtin_offsetof(struct outer_hdr, vxlan.vni) == OUTER_VXLAN_VNI,
+	       "outer header offsets");
 
 /* A flooded frame's stamp: its facts for the egress programs of its copies, in Outer fields that egress writes for
  * every tunnel copy and removes with the Outer on every local copy. The IP checksum field carries the partial sum
@@ -60,6 +109,190 @@ _Static_assert(!(FRAME_FROM_TUNNEL & VNI_PRESERVE_VLAN), "a VNI flag is not the 
 #define SHORT_SEQ_SHIFT 15 /* 17 bits: the frame's number on its CPU */
 _Static_assert(VTEP_MAX_VNIS <= SHORT_SLOT_MASK + 1, "a VNI slot fits the short stamp");
 
+/* The last Outer a CPU built, for one (VNI, Inner length). */
+struct outer_template {
+	__u32 vni;
+	__u32 inner_len;
+	struct outer_hdr hdr; /* 8-aligned: copied as words */
+	__u16 pad;
+};
+_Static_assert(__builtin_offsetof(struct outer_template, hdr) % 8 == 0, "template words are aligned");
+
+/* How long a CPU trusts what it remembers of the FDB (recent_source, recent_destination), in jiffies (read for
+ * free per frame, where the clock costs a helper call): 0.1 s at HZ=1000, 1 s at HZ=100. */
+#define RECENT_JIFFIES 100
+
+/* The last source this CPU learned or refreshed: its next frames from the same place within RECENT_JIFFIES need no
+ * FDB lookup (a burst of one sender's frames is the common case). */
+struct recent_source {
+	__u64 seen_jiffies;
+	__u32 vni;
+	__u32 ifindex;
+	__be32 remote_ip;
+	__u8 mac[6];
+	__u16 pad;
+};
+
+/* The last destination this CPU looked up, found or not, with the FDB generation it saw: valid until the FDB
+ * changes (fdb_generation) or RECENT_JIFFIES pass (an entry that expires meanwhile is honoured that much longer). */
+struct recent_destination {
+	__u64 generation;
+	__u64 checked_jiffies;
+	__u32 vni;
+	__u8 mac[6];
+	__u8 found;
+	__u8 pad;
+	struct fdb_entry entry;
+};
+
+/* cpu_state[0], per CPU: what ingress keeps from one frame to the next. */
+struct cpu_state {
+	struct outer_template template;
+	struct recent_source recent;
+	struct recent_destination destination;
+	__u32 seq; /* numbers the flooded frames (odd: never 0) */
+	__u32 pad;
+};
+
+/* Keyed by member: a local port's ifindex, or a peer's member key (peer_member_key in vtep_abi.h). Sizes, not
+ * BTF types: libbpf cannot size the union inside struct bpf_devmap_val from BTF. */
+struct member_group {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, VTEP_SMALL_GROUP);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct bpf_devmap_val));
+};
+
+struct large_member_group {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, VTEP_MAX_MEMBERS);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct bpf_devmap_val));
+};
+
+/* Groups by VNI slot: an array index, where a hash of maps by VNI cost a hash lookup per frame. */
+#define GROUP_MAP(name, group)                                                                                  \
+	struct {                                                                                                \
+		__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);                                                       \
+		__uint(max_entries, VTEP_MAX_VNIS);                                                             \
+		__type(key, __u32);                                                                             \
+		__array(values, struct group);                                                                  \
+	} name SEC(".maps")
+
+/* Every member of a VNI (for frames from local ports), and local members only (for decapsulated frames). */
+GROUP_MAP(vni_flood, member_group);
+GROUP_MAP(vni_flood_large, large_member_group);
+GROUP_MAP(vni_local, member_group);
+GROUP_MAP(vni_local_large, large_member_group);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VTEP_MAX_IFINDEX);
+	__type(key, __u32);
+	__type(value, struct port_config);
+} port_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, VTEP_MAX_PORTS * 64);
+	__type(key, struct vlan_key);
+	__type(value, struct vni_ref);
+} vlan_bindings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, VTEP_MAX_PORTS * 64);
+	__type(key, struct port_vni_key);
+	__type(value, struct port_vni);
+} port_vnis SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VTEP_MAX_PEERS);
+	__type(key, __u32);
+	__type(value, struct peer);
+} tunnel_peers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VTEP_MAX_VNIS);
+	__type(key, __u32);
+	__type(value, struct flood_settings);
+} flood_settings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VTEP_MAX_VNIS);
+	__type(key, __u32);
+	__type(value, struct vni_members);
+} vni_members SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, VTEP_MAX_VNIS * 16);
+	__type(key, struct peer_addr_key);
+	__type(value, __u32);
+} peer_admission SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct vtep_settings);
+} settings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, VTEP_MAX_STATIC_FDB);
+	__type(key, struct fdb_key);
+	__type(value, struct fdb_entry);
+} fdb_static SEC(".maps");
+
+/* fdb_generation[0]: changes whenever an FDB entry comes, moves or goes (the data plane adds 1; user space, after
+ * writing fdb_static, adds 1 << 32), so that a CPU's recent_destination knows it is stale. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} fdb_generation SEC(".maps");
+
+/* Sized by the document's fdb_size at load (FDB_SIZE_DEFAULT here). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, FDB_SIZE_DEFAULT);
+	__type(key, struct fdb_key);
+	__type(value, struct fdb_entry);
+} fdb SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, VTEP_MAX_VNIS);
+	__type(key, __u32);
+	__type(value, struct traffic_stats);
+} vni_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, VTEP_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct traffic_stats);
+} port_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, VTEP_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct copy_state);
+} copy_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cpu_state);
+} cpu_state SEC(".maps");
+
 /* A frame in ingress, once its VNI is known. */
 struct frame {
 	struct traffic_stats *vni_stats; /* NULL: not counted per VNI */
@@ -85,10 +318,65 @@ static __always_inline void count_rx(struct traffic_stats *s, __u64 bytes)
 	}
 }
 
+static __always_inline void count_tx(struct traffic_stats *s, __u64 bytes)
+{
+	if (s) {
+		s->tx_packets++;
+		s->tx_bytes += bytes;
+	}
+}
+
 static __always_inline void count_fdb(struct frame *f, enum fdb_event event)
 {
 	if (f->vni_stats && event < FDB_EVENTS)
 		f->vni_stats->fdb[event]++;
+}
+
+/* Count a drop on the port and, when known, on the VNI; returns XDP_DROP. */
+static __always_inline int drop(__u32 port_slot, struct traffic_stats *vni, enum drop_reason reason)
+{
+	struct traffic_stats *s;
+
+	if (reason >= DROP_REASONS)
+		return XDP_DROP;
+	s = bpf_map_lookup_elem(&port_stats, &port_slot);
+	if (s)
+		s->drops[reason]++;
+	if (vni)
+		vni->drops[reason]++;
+	return XDP_DROP;
+}
+
+static __always_inline __u32 mix(__u32 h, __u32 v)
+{
+	h ^= v;
+	h *= 0x9e3779b1;
+	return h ^ (h >> 15);
+}
+
+/* A hash of the Inner flow (MACs, and the IP addresses, protocol and ports where there are some): stable within
+ * a flow, so the outer UDP source port keeps a flow on one underlay path. */
+static __always_inline __u32 inner_flow_hash(void *data, void *data_end)
+{
+	struct xf_cursor c = { .pos = data };
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	__u32 h = 0x7674;
+	int proto;
+
+	proto = xf_parse_ethhdr(&c, data_end, &eth, NULL);
+	if (proto < 0)
+		return h;
+	h = mix(h, *(__u32 *)eth->h_dest);
+	h = mix(h, *(__u32 *)eth->h_source);
+	if (proto != bpf_htons(ETH_P_IP) || xf_parse_iphdr(&c, data_end, &ip) < 0)
+		return mix(h, proto);
+	h = mix(h, ip->saddr);
+	h = mix(h, ip->daddr);
+	h = mix(h, ip->protocol);
+	if ((ip->protocol == IPPROTO_UDP || ip->protocol == IPPROTO_TCP) && c.pos + 4 <= data_end)
+		h = mix(h, *(__u32 *)c.pos); /* both ports */
+	return h;
 }
 
 /* --- VLAN tags ------------------------------------------------------------------------------------------------ */
@@ -173,6 +461,56 @@ static __always_inline int has_vid(__u8 *data, __u8 *data_end, int offset, __u16
 	       (bpf_ntohs(tag->tci) & XF_VLAN_VID_MASK) == vid;
 }
 
+/* --- The Outer ------------------------------------------------------------------------------------------------ */
+
+static __always_inline struct outer_template *outer_template(struct cpu_state *cpu, __u32 vni, __u32 inner_len)
+{
+	struct outer_template *t = &cpu->template;
+	__u16 *w;
+
+	if (t->vni == vni && t->inner_len == inner_len)
+		return t;
+	t->vni = vni;
+	t->inner_len = inner_len;
+	__builtin_memset(&t->hdr, 0, sizeof(t->hdr));
+	t->hdr.eth.h_proto = bpf_htons(ETH_P_IP);
+	t->hdr.ip.version = 4;
+	t->hdr.ip.ihl = 5;
+	t->hdr.ip.ttl = OUTER_TTL;
+	t->hdr.ip.protocol = IPPROTO_UDP;
+	t->hdr.ip.frag_off = bpf_htons(0x4000); /* DF: the underlay MTU was checked, never fragment */
+	t->hdr.ip.tot_len = bpf_htons(inner_len + VXLAN_OVERHEAD - sizeof(struct ethhdr));
+	t->hdr.udp.dest = bpf_htons(VXLAN_PORT);
+	t->hdr.udp.len = bpf_htons(inner_len + sizeof(struct udphdr) + sizeof(struct vxlanhdr));
+	t->hdr.vxlan.flags = VXLAN_FLAG_VNI;
+	t->hdr.vxlan.vni = bpf_htonl(vni << 8);
+	w = (__u16 *)((void *)&t->hdr + sizeof(struct ethhdr));
+	/* id (w[2]) is 0; addresses and checksum are not in the partial sum */
+	t->hdr.ip.check = xf_csum_fold_raw((__u32)w[0] + w[1] + w[3] + w[4]);
+	return t;
+}
+
+/* RFC 7348: the Outer's UDP source port from the Inner flow, in the dynamic range 49152-65535. */
+static __always_inline __be16 outer_udp_source(void *data, void *data_end)
+{
+	return bpf_htons(49152 | (inner_flow_hash(data, data_end) & 0x3fff));
+}
+
+/* Write the template's Outer at `data` (50 bytes the caller made room for and checked). */
+static __always_inline void write_outer(__u8 *data, struct outer_template *t, __be16 udp_source)
+{
+	const __u64 *words = (const __u64 *)&t->hdr;
+
+	*(__u64 *)(data + 0) = words[0];
+	*(__u64 *)(data + 8) = words[1];
+	*(__u64 *)(data + 16) = words[2];
+	*(__u64 *)(data + 24) = words[3];
+	*(__u64 *)(data + 32) = words[4];
+	*(__u64 *)(data + 40) = words[5];
+	*(__u16 *)(data + 48) = *(const __u16 *)&words[6];
+	*(__be16 *)(data + OUTER_UDP_SOURCE) = udp_source;
+}
+
 /* Put the Outer for a frame of `vni` in front of it: every field but the per-copy ones (MACs, addresses, IP id,
  * checksum: finish_outer). Returns 0, or -1 when the frame has no headroom. */
 static __always_inline int push_outer(struct xdp_md *ctx, struct cpu_state *cpu, __u32 vni)
@@ -190,6 +528,23 @@ static __always_inline int push_outer(struct xdp_md *ctx, struct cpu_state *cpu,
 		return -1;
 	write_outer(data, t, udp_source);
 	return 0;
+}
+
+/* Address the Outer at `data` to `peer` from `port`, and complete its checksum from the partial sum (in the Outer's
+ * checksum field as push_outer leaves it). */
+static __always_inline void finish_outer(__u8 *data, struct port_config *port, struct peer *peer, __u16 partial)
+{
+	__u32 sum = partial + (port->local_ip & 0xffff) + (port->local_ip >> 16) + (peer->remote_ip & 0xffff) +
+		    (peer->remote_ip >> 16);
+
+	*(__u32 *)(data + 0) = *(__u32 *)&peer->mac[0];
+	*(__u16 *)(data + 4) = *(__u16 *)&peer->mac[4];
+	*(__u16 *)(data + 6) = *(__u16 *)&port->mac[0];
+	*(__u32 *)(data + 8) = *(__u32 *)&port->mac[2];
+	*(__u16 *)(data + OUTER_IP_ID) = 0;
+	*(__be32 *)(data + OUTER_IP_SADDR) = port->local_ip;
+	*(__be32 *)(data + OUTER_IP_DADDR) = peer->remote_ip;
+	*(__sum16 *)(data + OUTER_IP_CHECK) = xf_csum_fold(sum);
 }
 
 /* --- The FDB -------------------------------------------------------------------------------------------------- */
@@ -310,6 +665,24 @@ static __always_inline struct fdb_entry *fdb_find(struct frame *f, __u8 *mac)
 		recent->entry = *e;
 	return e;
 }
+
+/* --- The TC backend's hand-over ------------------------------------------------------------------------------ */
+
+#define TC_COMMAND_MAGIC 0x7674
+
+enum tc_op {
+	TC_SEND = 1,  /* send the frame as it is out of `ifindex` (known unicast, ready as the XDP backend sends it) */
+	TC_FLOOD = 2, /* replicate the frame (no Outer) to the members of its VNI; `ifindex` is the port it came from */
+};
+
+/* What vtep_ingress_tc leaves as the whole metadata of a frame it passes for vtep_replicate. */
+struct tc_command {
+	__u16 magic;
+	__u16 op; /* enum tc_op */
+	__u32 ifindex;
+	__u32 vni;
+	__u32 vni_slot;
+};
 
 /* The TC backend: leave the command in the frame's metadata (it has none: ingress dropped what came with it) and pass
  * the frame to the stack, which hands it to vtep_replicate. */
@@ -885,6 +1258,222 @@ int vtep_egress(struct xdp_md *ctx)
 	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
 	count_tx(vs, data_end - data);
 	return XDP_PASS;
+}
+
+/* --- The TC backend: replication at tc ingress ---------------------------------------------------------------- */
+
+/* The tags a frame may carry to be flooded to a tunnel: the stack moves the first into the skb before tc, and each
+ * one popped brings the next out. */
+#define TC_TAGS_MAX 2
+#define VLAN_HLEN 4
+
+/* Open-coded numeric iterator (kernel 6.4+): the verifier checks a loop body once, whatever the member count. */
+struct bpf_iter_num {
+	__u64 __opaque[1];
+} __attribute__((aligned(8)));
+extern int bpf_iter_num_new(struct bpf_iter_num *it, int start, int end) __ksym;
+extern int *bpf_iter_num_next(struct bpf_iter_num *it) __ksym;
+extern void bpf_iter_num_destroy(struct bpf_iter_num *it) __ksym;
+
+/* A local copy out of an access port or a trunk of the VNI: as local_copy() checks a devmap copy, a translated trunk's
+ * copy getting the trunk's VID (as the skb's tag, taken off again for the next copy). Returns -1 or the drop reason. */
+static __always_inline int tc_local_copy(struct __sk_buff *skb, struct port_config *port, __u32 ifindex, __u32 vni,
+					 struct traffic_stats *vs)
+{
+	struct port_vni_key key = { .vni = vni, .ifindex = ifindex };
+	struct port_vni *member = NULL;
+	__u32 len = skb->len + (skb->vlan_present ? VLAN_HLEN : 0); /* as on the wire */
+	__u16 vid = 0;
+
+	if (port->kind == PORT_ACCESS) {
+		if (port->vni != vni)
+			return DROP_NOT_MEMBER;
+	} else {
+		member = bpf_map_lookup_elem(&port_vnis, &key);
+		if (!member)
+			return DROP_NOT_MEMBER;
+		if (!(member->flags & VNI_PRESERVE_VLAN)) {
+			vid = member->vid;
+			len += VLAN_HLEN;
+		} else if (!skb->vlan_present || skb->vlan_proto != bpf_htons(ETH_P_8021Q) ||
+			   (skb->vlan_tci & XF_VLAN_VID_MASK) != member->vid) {
+			return DROP_VID_MISMATCH;
+		}
+	}
+	if (len > port->mtu + DEVICE_FRAME_ALLOWANCE)
+		return DROP_MTU;
+	if (vid && bpf_skb_vlan_push(skb, bpf_htons(ETH_P_8021Q), vid))
+		return DROP_MALFORMED;
+	bpf_clone_redirect(skb, ifindex, 0);
+	if (vid && bpf_skb_vlan_pop(skb))
+		return DROP_MALFORMED;
+	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), len);
+	count_tx(vs, len);
+	return -1;
+}
+
+/* Put the frame's tags (in the skb, see TC_TAGS_MAX) back in front of its EtherType, as a tunnel carries them. */
+static __always_inline int tc_tags_inline(struct __sk_buff *skb)
+{
+	__u32 tags[TC_TAGS_MAX] = {}, n = 0, i;
+	__u8 *data, *data_end;
+
+	for (i = 0; i < TC_TAGS_MAX && skb->vlan_present; i++) {
+		tags[i] = skb->vlan_proto << 16 | skb->vlan_tci; /* the TPID as it lies in the frame */
+		n++;
+		if (bpf_skb_vlan_pop(skb))
+			return -1;
+	}
+	if (skb->vlan_present)
+		return -1;
+	for (i = TC_TAGS_MAX; i-- > 0;) {
+		if (i >= n)
+			continue;
+		if (bpf_skb_change_head(skb, VLAN_HLEN, 0))
+			return -1;
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+		if (data + 18 > data_end)
+			return -1;
+		*(__u64 *)data = *(__u64 *)(data + 4);
+		*(__u32 *)(data + 8) = *(__u32 *)(data + 12);
+		*(__be16 *)(data + 12) = (__be16)(tags[i] >> 16);
+		*(__be16 *)(data + 14) = bpf_htons(tags[i] & 0xffff);
+	}
+	return 0;
+}
+
+/* Put the Outer in front of the frame once for all its tunnel copies; returns the partial sum finish_outer completes
+ * per copy (the copies share the frame: each overwrites the last one's checksum), or -1. */
+static __always_inline int tc_push_outer(struct __sk_buff *skb, __u32 vni)
+{
+	__u8 *data = (void *)(long)skb->data;
+	__u8 *data_end = (void *)(long)skb->data_end;
+	struct cpu_state *cpu = bpf_map_lookup_elem(&cpu_state, &(__u32){ 0 });
+	struct outer_template *t;
+	__be16 udp_source;
+
+	if (!cpu)
+		return -1;
+	udp_source = outer_udp_source(data, data_end);
+	t = outer_template(cpu, vni, skb->len);
+	if (bpf_skb_change_head(skb, VXLAN_OVERHEAD, 0))
+		return -1;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	if (data + VXLAN_OVERHEAD > data_end)
+		return -1;
+	write_outer(data, t, udp_source);
+	return *(__u16 *)(data + OUTER_IP_CHECK);
+}
+
+/* The tunnel copies: each peer's addresses into the one Outer, then the copy out (the last one is the frame itself).
+ * Returns the tc verdict. */
+static __always_inline int tc_tunnel_copies(struct __sk_buff *skb, struct vni_members *row, __u32 vni,
+					    struct traffic_stats *vs, __u16 partial)
+{
+	__u32 last = row->count - 1, ifindex, index, i;
+	struct port_config *port;
+	struct bpf_iter_num it;
+	struct peer *peer;
+	__u8 *data;
+	int *n, verdict = TC_ACT_STOLEN;
+
+	bpf_iter_num_new(&it, row->locals, row->count);
+	while ((n = bpf_iter_num_next(&it))) {
+		i = *n;
+		if (i >= VTEP_MAX_MEMBERS)
+			break;
+		ifindex = row->members[i].ifindex;
+		index = row->members[i].peer;
+		port = bpf_map_lookup_elem(&port_config, &ifindex);
+		if (!port || port->kind != PORT_TUNNEL)
+			continue; /* a row being rewritten: what it names now is no VTEP tunnel */
+		peer = bpf_map_lookup_elem(&tunnel_peers, &index);
+		if (!peer || !peer->remote_ip || peer->vni != vni) {
+			drop(port->slot, vs, DROP_NO_PEER);
+			continue;
+		}
+		if (skb->len - sizeof(struct ethhdr) > port->mtu) {
+			drop(port->slot, vs, DROP_MTU);
+			continue;
+		}
+		data = (void *)(long)skb->data;
+		if (data + VXLAN_OVERHEAD > (__u8 *)(long)skb->data_end)
+			break;
+		finish_outer(data, port, peer, partial);
+		count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), skb->len);
+		count_tx(vs, skb->len);
+		if (i == last) {
+			verdict = bpf_redirect(ifindex, 0);
+			break;
+		}
+		bpf_clone_redirect(skb, ifindex, 0);
+	}
+	bpf_iter_num_destroy(&it);
+	return verdict;
+}
+
+/* Replicate a flooded frame to its VNI's members: local copies first (none back to the port it came from), then,
+ * for a frame from a local port, the tunnel copies (split horizon: a decapsulated frame never goes to a tunnel). */
+static __always_inline int tc_flood(struct __sk_buff *skb, struct tc_command *cmd)
+{
+	__u32 slot = cmd->vni_slot, from_ifindex = cmd->ifindex, vni = cmd->vni, ifindex, i;
+	struct vni_members *row = bpf_map_lookup_elem(&vni_members, &slot);
+	struct traffic_stats *vs = bpf_map_lookup_elem(&vni_stats, &slot);
+	struct port_config *from = bpf_map_lookup_elem(&port_config, &from_ifindex), *port;
+	struct bpf_iter_num it;
+	int *n, reason, partial;
+
+	if (!from)
+		return TC_ACT_SHOT;
+	if (!row || row->vni != vni) {
+		drop(from->slot, vs, DROP_NO_GROUP);
+		return TC_ACT_SHOT;
+	}
+	bpf_iter_num_new(&it, 0, row->locals);
+	while ((n = bpf_iter_num_next(&it))) {
+		i = *n;
+		if (i >= VTEP_MAX_MEMBERS)
+			break;
+		ifindex = row->members[i].ifindex;
+		if (ifindex == from_ifindex)
+			continue;
+		port = bpf_map_lookup_elem(&port_config, &ifindex);
+		if (!port || port->kind == PORT_NONE || port->kind == PORT_TUNNEL)
+			continue; /* a row being rewritten: what it names now is no local port */
+		reason = tc_local_copy(skb, port, ifindex, vni, vs);
+		if (reason >= 0)
+			drop(port->slot, vs, reason);
+	}
+	bpf_iter_num_destroy(&it);
+	if (from->kind == PORT_TUNNEL || row->count <= row->locals)
+		return TC_ACT_STOLEN;
+	if (tc_tags_inline(skb) || (partial = tc_push_outer(skb, vni)) < 0) {
+		drop(from->slot, vs, DROP_MALFORMED);
+		return TC_ACT_SHOT;
+	}
+	return tc_tunnel_copies(skb, row, vni, vs, partial);
+}
+
+/* The TC backend's tc ingress program, on every VTEP port next to vtep_ingress_tc: carries out its command. A frame
+ * without one is the host's: TC_ACT_UNSPEC passes it on to the next tcx program of the port (a filter attached after
+ * the VTEP sees it), or to the stack. TC_ACT_STOLEN: every copy was sent or dropped (and counted). */
+SEC("tc")
+int vtep_replicate(struct __sk_buff *skb)
+{
+	struct tc_command *cmd = (void *)(long)skb->data_meta;
+
+	if ((void *)(cmd + 1) > (void *)(long)skb->data)
+		return TC_ACT_UNSPEC;
+	barrier_var(cmd);
+	if ((void *)(cmd + 1) != (void *)(long)skb->data || cmd->magic != TC_COMMAND_MAGIC)
+		return TC_ACT_UNSPEC;
+	if (cmd->op == TC_SEND)
+		return bpf_redirect(cmd->ifindex, 0);
+	if (cmd->op == TC_FLOOD)
+		return tc_flood(skb, cmd);
+	return TC_ACT_UNSPEC;
 }
 
 char LICENSE[] SEC("license") = "GPL";
