@@ -77,8 +77,18 @@ CHILD = textwrap.dedent(
     out["both_seen"] = seen_after(5)
     out["both_again"] = converge("hooks_xdp", "native", tc_program="hooks_tc")
     # A reboot takes every link: unpinning them detaches both programs; the restore brings both back from the record.
+    # The kernel frees an unpinned link only after an RCU grace period (longer on a loaded machine): wait until both
+    # are gone, as they are after a reboot, or the restore would meet them still attached.
+    link_ids = []
     for hook in ("xdp", "tc"):
+        link_fd = libbpf.obj_get(paths.link_pin("v0", hook))
+        link_ids.append(libbpf.link_info(link_fd).id)
+        os.close(link_fd)
         libbpf.unpin(paths.link_pin("v0", hook))
+    deadline = time.monotonic() + 30
+    while (alive := [i for i in link_ids if (fd := libbpf.lib().bpf_link_get_fd_by_id(i)) >= 0 and not os.close(fd)]):
+        assert time.monotonic() < deadline, f"links {alive} still exist 30 s after their pins were removed"
+        time.sleep(0.05)
     out["after_reboot"] = running()
     out["restored"] = {r.name: r.report() for r in hr.restore(host, check_mode=False)}
     out["restored_running"] = running()
