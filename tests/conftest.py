@@ -62,6 +62,7 @@ START_FIRST = (
     "integration/test_vtep.py",  # 400 s
     "integration/test_rollout.py",  # 360 s
     "integration/test_site.py",  # 240 s
+    "vm/test_kernel_smoke.py",  # 200 s: three VM boots, every data plane in each
     "integration/test_xdp_program.py",  # 160 s
     "integration/test_teardown.py",  # 145 s
     "integration/test_perf.py",  # 135 s

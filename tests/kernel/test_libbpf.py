@@ -237,7 +237,7 @@ def test_compile_cache_is_keyed_by_content(tmp_path):
 
 
 def test_compile_cache_sees_the_headers_next_to_the_source(tmp_path):
-    """vtep.c includes vtep.h and the generated vtep_abi.h from its own directory: a changed header is a new
+    """vtep_xdp.c includes vtep.h and the generated vtep_abi.h from its own directory: a changed header is a new
     object, never the one built from the old header."""
     src = tmp_path / "src" / "p.c"
     src.parent.mkdir()

@@ -45,7 +45,7 @@ STEP = textwrap.dedent(
     src, include = args["src"], [os.path.join(args["src"], "include")]
     if args["do"] == "deploy":
         vtep_deploy.deploy(host.instance("vtep"), args["vtep"], "native", host.cache_dir,
-                           os.path.join(src, "vtep", "vtep.c"), include)
+                           os.path.join(src, "vtep", "vtep_xdp.c"), include)
         counter = os.path.join(src, "counter", "counter.c")
         obj, _ = build.compile_object(counter, host.cache_dir, include)
         xp.converge(host.instance("counter"), obj, None, "native", {"count_only_proto": 17}, ["ulp"], counter,

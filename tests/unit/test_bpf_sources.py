@@ -192,9 +192,9 @@ def test_the_action_reads_every_file_of_the_collections_bpf_tree():
         for name in names
     )
     assert [entry["path"] for entry in tree] == on_disk
-    assert "vtep/vtep.c" in on_disk and "include/xdpfleet_parse.h" in on_disk
-    with open(os.path.join(BPF_DIR, "vtep", "vtep.c"), encoding="utf-8") as f:
-        assert next(e for e in tree if e["path"] == "vtep/vtep.c")["content"] == f.read()
+    assert "vtep/vtep_xdp.c" in on_disk and "include/xdpfleet_parse.h" in on_disk
+    with open(os.path.join(BPF_DIR, "vtep", "vtep_xdp.c"), encoding="utf-8") as f:
+        assert next(e for e in tree if e["path"] == "vtep/vtep_xdp.c")["content"] == f.read()
 
 
 def test_the_compile_cache_still_hits_after_a_repair(tmp_path):
