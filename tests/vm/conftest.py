@@ -9,9 +9,6 @@ import kernels
 import planes
 import pytest
 
-ROUNDS: list[planes.Round] = []
-
-
 @pytest.fixture(scope="session")
 def objects() -> tuple[dict[str, str], str]:
     """(data plane -> object path, cache dir): outside the guest's /tmp (its own tmpfs), read by it over 9p."""
@@ -26,14 +23,10 @@ def vm_work(tmp_path_factory):
     return tmp_path_factory.mktemp("vm")
 
 
-def record(row: planes.Round) -> None:
-    ROUNDS.append(row)
-
-
 def pytest_terminal_summary(terminalreporter):
-    if not ROUNDS:
+    if not planes.ROUNDS:
         return
-    text = planes.table(ROUNDS)
+    text = planes.table(planes.ROUNDS)
     terminalreporter.section("VM kernel matrix")
     terminalreporter.write_line(text)
     build = planes.REPO / ".build"

@@ -430,6 +430,9 @@ class Round:
         return found
 
 
+ROUNDS: list[Round] = []  # every round of the session, for the table printed at its end
+
+
 def run_round(kernel, modes: dict[str, tuple[str, ...]], objects: dict[str, str], cache_dir: str, work: Path) -> Round:
     """Boot `kernel` once and run every data plane of `modes` in it."""
     from vmlib import BootError
