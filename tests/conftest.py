@@ -12,6 +12,7 @@ workers' labs run side by side.
 
 import ipaddress
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +24,8 @@ sys.path.insert(0, str(REPO / "collection"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from lablib import Lab
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import mounts
 
 # The smallest share of the subnet a worker's lab may get: the bridge and the standard topology's five hosts fit a
 # /28, with room for test_lab's clash address (the share's last address but one).
@@ -86,6 +89,13 @@ UNIT_TESTS = REPO / "tests" / "unit"
 
 
 def pytest_configure(config):
+    # make test hides the machine's bpffs (Makefile, AS_ON_A_FRESH_MACHINE): if that ever stops working, a test that
+    # leans on a bpffs someone mounted by hand would pass here and fail on a fresh machine.
+    if os.environ.get("XDPFLEET_TEST_FRESH_MOUNTS") == "1" and mounts.mounted_type("/sys/fs/bpf") is not None:
+        raise pytest.UsageError(
+            f"XDPFLEET_TEST_FRESH_MOUNTS: /sys/fs/bpf still has a {mounts.mounted_type('/sys/fs/bpf')} mount: the "
+            "tests must see what a fresh machine has (nothing mounted there)"
+        )
     # Without root every test outside tests/unit would only skip, and the run pass having tested nothing. Decided
     # from the paths asked for, before collection, so that it stops a run with pytest-xdist workers the same way.
     if os.geteuid() != 0:
@@ -114,3 +124,14 @@ def lab(tmp_path_factory):
     finally:
         result = lab.down()
         assert result.rc == 0, f"lab down failed:\n{result}"
+
+
+@pytest.fixture
+def bpffs(tmp_path):
+    """A bpffs instance of the test's own (every mount is a new one) for its pins, gone with the test: a test never
+    pins in the machine's /sys/fs/bpf, which a fresh machine does not even have mounted."""
+    root = tmp_path / "bpffs"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "bpf", "bpf", str(root)], check=True)
+    yield root
+    subprocess.run(["umount", str(root)], check=True)

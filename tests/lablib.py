@@ -87,6 +87,12 @@ def printed_diff(stdout: str, header: str) -> list[str]:
     return out
 
 
+def split_promisc(diff_lines: list[str]) -> tuple[list[str], list[str]]:
+    """A printed diff's lines about promiscuous flags (the VTEP's ports, sorted), and the others in their order."""
+    flags = sorted(line for line in diff_lines if ": promisc " in line)
+    return flags, [line for line in diff_lines if ": promisc " not in line]
+
+
 def _end_ssh_masters(control_dir: str) -> None:
     """Ask every ControlPersist master of this run to exit (they would linger ~60 s otherwise)."""
     for sock in Path(control_dir).iterdir():

@@ -108,7 +108,7 @@ files:
   returned: always
   type: list
   elements: str
-  sample: [.xdpfleet-sources, vtep/, vtep/vtep.c, vtep/vtep.h]
+  sample: [.xdpfleet-sources, vtep/, vtep/vtep.h, vtep/vtep_tc.c]
 removed:
   description:
     - The entries removed from O(dest), which an earlier run installed and the collection no longer ships, and

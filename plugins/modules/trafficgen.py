@@ -153,6 +153,10 @@ options:
   attach_mode:
     description:
       - XDP mode of the echo server and of the sender's return counter.
+      - The sender's frames leave through the driver's XDP transmit (ndo_xdp_xmit). virtio_net, ice, i40e and ixgbe
+        set that up only while an XDP program is attached natively, so with I(mode=send) they refuse C(generic)
+        before anything changes, naming the driver. A veth transmits XDP frames only when its peer has an XDP
+        program attached natively (or GRO on), so run the echo server there with C(native).
     type: str
     choices: [native, generic]
     default: native

@@ -37,13 +37,23 @@ description:
     a trunk only when it carries that trunk's VID for the VNI (else it is counted as C(vid_mismatch)), and through
     an access port as it came. So all trunks of such a VNI use the same VID, the VNI has either access ports or
     trunks on a host, not both, and its tunnel ports' MTU must hold the 4-byte tag as well."
+  - "Every access port and trunk is put in promiscuous mode while the VTEP serves it: a NIC (virtio_net, ice, mlx5)
+    drops unicast frames to MACs the host has not asked for before XDP sees them, and these ports receive frames for
+    the endpoints behind other VTEPs (the Linux bridge of C(xdpfleet.fabric.linux_vtep) makes its ports promiscuous
+    for the same reason). Tunnel ports receive VXLAN for the host's own MAC and are left as they are."
+  - The promiscuous flag is set as C(ip link set DEV promisc on) sets it (it adds one to the kernel's count, however
+    often it is set, and leaves the counts of a bridge or a capture alone). The state file records whether each port
+    had the flag before the VTEP took it. A port that leaves the document, and every port when the VTEP is removed
+    (I(state=absent), C(xdpfleet.fabric.xdp_teardown)), gets that flag back, so a port that was promiscuous stays so.
+    C(xdpfleet.fabric.xdp_restore) sets the flag again after a reboot.
   - The document is validated before anything changes, by a JSON Schema and by the rules a schema cannot
     express. Every error names the field and the rule. Each tunnel port must already have its C(local_ip) (the
     module adds no addresses). No port may be the interface the host is managed through, unless
     I(allow_management_port) says so. The configuration must fit the data plane's maps (their sizes in the
     loaded object), also while an update adds new entries before it removes old ones.
-  - A write the kernel refuses half-way is undone, every map entry and member group as it was. The module says
-    C(previous state restored) only then; when the undo fails too it says so and names what it could not restore.
+  - A write the kernel refuses half-way is undone, every map entry, member group and promiscuous flag as it was. The
+    module says C(previous state restored) only then; when the undo fails too it says so and names what it could not
+    restore.
   - "Apply compiles the document into map contents and reads the pinned maps. It writes only the difference,
     adding members before removing others, so a VID-to-VNI change needs no reload. It reports C(changed=false)
     when nothing differs, and the diff in words (C(+VNI 100: access port acc100))."
@@ -53,7 +63,8 @@ extends_documentation_fragment:
 author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
-  - Linux 5.15 or newer (devmap broadcast and egress programs), 6.6 or newer for I(backend=tc) (tcx links),
+  - Linux 5.15 or newer (devmap broadcast and egress programs); 6.4 or newer for I(backend=tc) (its tc program's
+    open-coded iterators; its tc attachment is a tcx link from 6.6, a cls_bpf filter before),
     libbpf.so.1, bpffs at /sys/fs/bpf
   - pyroute2 and jsonschema on the host; clang when compiling I(source)
 options:
@@ -91,20 +102,27 @@ options:
       - How flooded frames are replicated. C(xdp) with devmap broadcast and a devmap egress program per copy, all in
         XDP.
       - C(tc) as seed 000's XDP + TC comparison does. The same XDP program classifies, admits, decapsulates and learns,
-        then passes each frame with a command in its metadata to a second program at tc ingress of the port (tcx, a
-        pinned link next to the XDP one). That program sends known unicast on, and floods with
-        C(bpf_clone_redirect) - the local copies first, then the Outer added once and rewritten for each peer.
+        then passes each frame with a command in its metadata to a second program at tc ingress of the port (an
+        object of its own, I(tc_source); the notes say how it is attached). That program sends known unicast on, and
+        floods with C(bpf_clone_redirect) - the local copies first, then the Outer added once and rewritten for each
+        peer.
       - Both use the same maps and counters, so C(vtep_info) and the facts read the same. The state file records the
         tc program, and C(xdpfleet.fabric.xdp_restore) brings the VTEP back with its backend.
     type: str
     choices: [xdp, tc]
     default: xdp
   source:
-    description: C source of the data plane on the host.
+    description: C source of the data plane's XDP programs on the host (both backends' ingress, and egress).
     type: path
-    default: /var/lib/xdpfleet/src/vtep/vtep.c
+    default: /var/lib/xdpfleet/src/vtep/vtep_xdp.c
+  tc_source:
+    description:
+      - C source of the TC backend's tc program on the host, compiled into an object of its own for I(backend=tc) only,
+        so that the XDP backend needs nothing that program needs. The two objects share the maps.
+    type: path
+    default: /var/lib/xdpfleet/src/vtep/vtep_tc.c
   include_dirs:
-    description: Include directories for compiling I(source).
+    description: Include directories for compiling I(source) and I(tc_source).
     type: list
     elements: path
     default: [/var/lib/xdpfleet/src/include]
@@ -123,7 +141,18 @@ attributes:
         port acc100), a peer removed as C(-VNI 200: peer 198.51.100.130 via uplink0) followed by its next-hop MAC,
         a static entry as C(+VNI 100: static MAC 02:00:00:00:64:01 on acc100) or C(... at remote 198.51.100.130),
         a VNI in preserve mode as C(+VNI 200: vlan_mode preserve), and the aging time as C(+VTEP: fdb_aging 300 s).
-        Then per port the ingress program before and after."
+        Then a port's promiscuous flag that changes (C(acc100: promisc off) before, C(acc100: promisc on) after),
+        and per port the ingress program before and after."
+notes:
+  - "A program at tc ingress is attached through a tcx link (pinned under C(/sys/fs/bpf/xdpfleet/<name>/tc-links))
+    where the kernel has tcx (Linux 6.6, told by its BTF naming C(BPF_TCX_INGRESS)). On older kernels it is a cls_bpf
+    filter in direct-action mode on the interface's clsact qdisc (created when missing), named C(xdpfleet:<name>), at
+    a priority after every filter there. A filter has no pin: the state file records its priority and handle, and a
+    restore puts it back there, so the filters of a hook keep their order among themselves and among filters of
+    others. An upgrade replaces the program in its filter, atomically. Removal takes only that filter, and the clsact
+    qdisc when the module created it and nothing else is left on it. A filter of another at the recorded place is
+    refused, never replaced. The environment variable C(XDPFLEET_TC_ATTACH) (C(tcx) or C(cls_bpf)) forces one way,
+    for tests."
 seealso:
   - module: xdpfleet.fabric.xdp_program
   - module: xdpfleet.fabric.linux_vtep
@@ -177,11 +206,14 @@ removed:
   returned: state=absent
   type: list
   elements: str
-  sample: ["- p1: xdp_count tag 0d112e397a65ba3d native", "- map xdp_counters"]
+  sample:
+    - "acc100: promisc off (as before the VTEP served it)"
+    - "acc100: detach vtep_ingress tag 0d112e397a65ba3d native"
+    - "remove map port_config"
 changes:
   description:
-    - The configuration difference in words, one line per member or peer added (+) or removed (-). The diff shows
-      the same items as before and after.
+    - The configuration difference in words, one line per member or peer added (+) or removed (-), and one per port
+      whose promiscuous flag is set or put back. The diff shows the same items as before and after.
   returned: always
   type: list
   elements: str
@@ -230,9 +262,12 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import promiscuous_ports
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.writer import RollbackError
 
 
 def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
@@ -249,6 +284,7 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
             p["include_dirs"],
             p["neighbour_timeout"],
             backend=p["backend"],
+            tc_source=p["tc_source"],
             check_mode=module.check_mode,
             build_dir=module.tmpdir if module.check_mode else None,
             check_host=True,
@@ -258,6 +294,18 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
         if exc.problems:
             module.fail_json(msg=str(exc), problems=exc.problems)
         module.fail_json(msg=str(exc))
+
+
+def absent(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
+    """The VTEP detached and unpinned, its record gone, and its ports' promiscuous flags as they were before it."""
+    try:
+        removed = promiscuous_ports.remove(paths, module.check_mode, "vtep")
+    except (libbpf.LibbpfError, OSError, xp.XdpProgramError, RollbackError) as exc:
+        module.fail_json(msg=f"removing vtep {paths.name}: {exc}")
+    result = {"changed": removed.changed, "removed": removed.steps, "changes": removed.steps}
+    if removed.changed:
+        result["diff"] = removed.diff()
+    return result
 
 
 def main() -> None:
@@ -270,6 +318,7 @@ def main() -> None:
             "mode": {"type": "str", "choices": ["native", "generic"], "default": "native"},
             "backend": {"type": "str", "choices": ["xdp", "tc"], "default": "xdp"},
             "source": {"type": "path", "default": vd.VTEP_SOURCE},
+            "tc_source": {"type": "path", "default": vd.VTEP_TC_SOURCE},
             "include_dirs": {"type": "list", "elements": "path", "default": vd.VTEP_INCLUDE_DIRS},
             "neighbour_timeout": {"type": "float", "default": vd.NEIGHBOUR_TIMEOUT},
             **xp.HOST_PATHS_ARGUMENT_SPEC,
@@ -281,8 +330,7 @@ def main() -> None:
     paths = xp.InstancePaths(module.params["name"], module.params["pin_root"], module.params["state_dir"])
     if module.params["state"] == "present":
         module.exit_json(**present(module, paths))
-    result = xp.removal(module, paths, "vtep")
-    module.exit_json(**result, changes=result["removed"])
+    module.exit_json(**absent(module, paths))
 
 
 if __name__ == "__main__":

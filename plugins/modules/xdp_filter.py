@@ -12,8 +12,8 @@ version_added: "0.1.0"
 description:
   - Deploys the filter of C(bpf/filter) on interfaces and programs its rules into BPF maps. The object has one
     rule-matching core and two programs, so the same compiled rules run at either hook. I(hook=xdp) attaches its
-    XDP program (I(mode) native, or generic when I(allow_generic) says so). I(hook=tc) attaches its tc program at
-    tcx ingress. Either way through a pinned bpf_link.
+    XDP program (I(mode) native, or generic when I(allow_generic) says so), through a pinned bpf_link. I(hook=tc)
+    attaches its tc program at tc ingress (tcx, or cls_bpf on kernels before 6.6, see the notes).
   - "Rules are tried in list order and the first match wins. A rule matches on address family, source and
     destination prefix, IP protocol, and source and destination port ranges. Its action is C(drop) or C(count)
     (count and pass). Each rule has per-CPU packet and byte counters. Frames no rule matches pass, counted by
@@ -37,7 +37,8 @@ extends_documentation_fragment:
 author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
-  - Linux 6.6 or newer for I(hook=tc) (tcx links), libbpf.so.1, bpffs at /sys/fs/bpf, clang to compile I(source)
+  - Linux 5.9 or newer for I(hook=xdp) (XDP through bpf_link); I(hook=tc) through a tcx link from Linux 6.6, a
+    cls_bpf filter before (see the notes); libbpf.so.1, bpffs at /sys/fs/bpf, clang to compile I(source)
 options:
   name:
     description:
@@ -56,7 +57,7 @@ options:
     type: list
     elements: str
   hook:
-    description: Where the filter runs, C(xdp) or C(tc) (tcx ingress).
+    description: Where the filter runs, C(xdp) or C(tc) (tc ingress).
     type: str
     choices: [xdp, tc]
     default: xdp
@@ -100,6 +101,16 @@ attributes:
       - "The rules in words, before and after (C(vxlan: count udp to any port 4789)): a rule added shows as
         C(+), one removed as C(-), one changed as a C(-)/C(+) pair. Then per interface the program before and
         after."
+notes:
+  - "A program at tc ingress is attached through a tcx link (pinned under C(/sys/fs/bpf/xdpfleet/<name>/tc-links))
+    where the kernel has tcx (Linux 6.6, told by its BTF naming C(BPF_TCX_INGRESS)). On older kernels it is a cls_bpf
+    filter in direct-action mode on the interface's clsact qdisc (created when missing), named C(xdpfleet:<name>), at
+    a priority after every filter there. A filter has no pin: the state file records its priority and handle, and a
+    restore puts it back there, so the filters of a hook keep their order among themselves and among filters of
+    others. An upgrade replaces the program in its filter, atomically. Removal takes only that filter, and the clsact
+    qdisc when the module created it and nothing else is left on it. A filter of another at the recorded place is
+    refused, never replaced. The environment variable C(XDPFLEET_TC_ATTACH) (C(tcx) or C(cls_bpf)) forces one way,
+    for tests."
 seealso:
   - module: xdpfleet.fabric.xdp_probe
   - module: xdpfleet.fabric.xdp_teardown

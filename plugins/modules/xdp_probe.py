@@ -127,8 +127,10 @@ ansible_facts:
           type: int
         live_frames:
           description:
-            - C(supported), C(kernel_ok) (5.18 or newer), and the result of one live-frames BPF_PROG_RUN with a
-              DROP program (C(ok), C(error)).
+            - C(supported), C(kernel_ok), and the result of one live-frames BPF_PROG_RUN with a DROP program
+              (C(ok), C(error)).
+            - C(kernel_ok) is what the kernel's own BTF says (BPF_F_TEST_XDP_LIVE_FRAMES, Linux 5.18, backports
+              included), not its version number; null when the kernel has no BTF.
           type: dict
           sample: {supported: true, kernel_ok: true, ok: true, error: null}
         interfaces:
@@ -150,6 +152,32 @@ ansible_facts:
             - "C(live_frames_test): null when not asked, else C(ok), C(error), C(counters) (the counters that
               moved and by how much), C(helper_program) (a PASS program was attached for the send)."
           type: dict
+        bpf_features:
+          description:
+            - "What the running kernel offers BPF programs, read from its own BTF (C(/sys/kernel/btf/vmlinux)), so
+              backports count and the version number does not: C(helpers) (enum bpf_func_id, as C names such as
+              bpf_fib_lookup), C(map_types), C(prog_types), C(attach_types), C(link_types) (their enumerators),
+              C(kfuncs) (the functions tagged bpf_kfunc, where the kernel tags them: C(kfuncs_tagged)),
+              C(functions) (how many FUNC records the BTF has: kfunc externs resolve against them) and C(source)."
+            - Null when the kernel has no BTF (C(problems) says so).
+          type: dict
+          sample: {helpers: [bpf_fib_lookup, bpf_redirect_map], map_types: [BPF_MAP_TYPE_DEVMAP_HASH],
+                   attach_types: [BPF_TCX_INGRESS, BPF_XDP], kfuncs: [bpf_iter_num_new], kfuncs_tagged: true,
+                   functions: 56198, source: /sys/kernel/btf/vmlinux}
+        data_planes:
+          description:
+            - "Per data plane (counter, filter, router, sender, echo server, vtep) and variant (C(hook xdp),
+              C(hook tc), C(backend xdp), C(backend tc), C(live frames)): C(supported), and C(missing), each
+              missing feature with its first mainline Linux version and what needs it. The modules refuse the
+              same variants, with the same words, before they change anything."
+            - Null when the kernel has no BTF.
+          type: dict
+          sample:
+            vtep:
+              backend xdp: {supported: true, missing: []}
+              backend tc:
+                supported: false
+                missing: ["kfunc bpf_iter_num_new (open-coded iterators, Linux 6.4) for program vtep_replicate"]
         tests_skipped:
           description: Why requested tests did not run (check mode), else null.
           type: str
@@ -165,8 +193,34 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import needs as filter_needs
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import probe as xdp_probe
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import needs as router_needs
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import needs as tg_needs
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import needs as vtep_needs
+
+DATA_PLANES = [
+    features.COUNTER,
+    filter_needs.NEEDS,
+    router_needs.NEEDS,
+    tg_needs.SENDER,
+    tg_needs.ECHO,
+    vtep_needs.NEEDS,
+]
+
+
+def feature_facts(facts: dict) -> None:
+    """The kernel's BPF features and what each data plane lacks, into the probe's facts."""
+    try:
+        kernel = features.KernelFeatures.from_host()
+    except (features.KernelBtfMissing, features.BtfError) as exc:
+        facts.update(bpf_features=None, data_planes=None)
+        facts["problems"].append(f"kernel: {exc}")
+        return
+    facts["bpf_features"] = features.summary(kernel)
+    facts["data_planes"] = features.support(DATA_PLANES, kernel)
 
 
 def main() -> None:
@@ -198,6 +252,7 @@ def main() -> None:
         check_mode=module.check_mode,
         timeout=module.params["timeout"],
     )
+    feature_facts(facts)
     module.exit_json(changed=False, ansible_facts={"xdpfleet_probe": facts})
 
 

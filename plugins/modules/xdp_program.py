@@ -70,8 +70,9 @@ options:
   mode:
     description:
       - Where the program runs. C(native) is XDP in the driver, before an skb exists. C(generic) is XDP on the skb and
-        works on any interface. C(tc) is tc ingress (tcx, Linux 6.6 or newer) for a C(SEC("tc")) program, after XDP
-        and before the stack; its link is pinned at C(/sys/fs/bpf/xdpfleet/<name>/tc-links/<interface>).
+        works on any interface. C(tc) is tc ingress for a C(SEC("tc")) program, after XDP and before the stack,
+        through a tcx link pinned at C(/sys/fs/bpf/xdpfleet/<name>/tc-links/<interface>), or a cls_bpf filter before
+        Linux 6.6 (see the notes).
       - The kernel cannot run native and generic XDP on one device at once. So a change between them detaches and
         then attaches, leaving a short gap. A move between XDP and tc attaches at the new hook first and detaches
         from the old one after. Every other change is atomic.
@@ -111,6 +112,15 @@ attributes:
     support: full
     description: Shows, per interface, the program, tag and mode before and after.
 notes:
+  - "A program at tc ingress is attached through a tcx link (pinned under C(/sys/fs/bpf/xdpfleet/<name>/tc-links))
+    where the kernel has tcx (Linux 6.6, told by its BTF naming C(BPF_TCX_INGRESS)). On older kernels it is a cls_bpf
+    filter in direct-action mode on the interface's clsact qdisc (created when missing), named C(xdpfleet:<name>), at
+    a priority after every filter there. A filter has no pin: the state file records its priority and handle, and a
+    restore puts it back there, so the filters of a hook keep their order among themselves and among filters of
+    others. An upgrade replaces the program in its filter, atomically. Removal takes only that filter, and the clsact
+    qdisc when the module created it and nothing else is left on it. A filter of another at the recorded place is
+    refused, never replaced. The environment variable C(XDPFLEET_TC_ATTACH) (C(tcx) or C(cls_bpf)) forces one way,
+    for tests."
   - BPF object ids are global to the kernel. This module identifies its objects by pin path, never by id or name.
 seealso:
   - module: xdpfleet.fabric.xdp_probe
@@ -164,8 +174,9 @@ program:
   sample: {name: xdp_count, tag: 9a1f0c2b3d4e5f60, id: 412}
 interfaces:
   description:
-    - Per attachment, what was done (attach, replace, reattach, takeover, unchanged, detach) and the link pin. An
-      attachment is named by its interface, with C( (tc)) after it at tc ingress.
+    - Per attachment, what was done (attach, replace, reattach, takeover, unchanged, detach) and the link pin, or for
+      a cls_bpf filter its C(tc_filter) (C(priority), C(handle), C(clsact_created)). An attachment is named by its
+      interface, with C( (tc)) after it at tc ingress.
   returned: always
   type: dict
   sample: {p1: {action: replace, ifindex: 7, link_pin: /sys/fs/bpf/xdpfleet/counter/links/p1}}
@@ -213,7 +224,7 @@ def validate(module: AnsibleModule) -> None:
     missing = [i for i in p["interfaces"] if not xp.ifindex_of(i)]
     if missing:
         module.fail_json(msg=f"interfaces: no such interface on this host: {', '.join(missing)}")
-    if (no_bpffs := xp.bpffs_problem()):
+    if (no_bpffs := xp.bpffs_problem(p["pin_root"])):
         module.fail_json(msg=no_bpffs)
 
 
@@ -255,7 +266,11 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
         "compiled": compiled,
         "program": done.program,
         "interfaces": {
-            s.label: {"action": s.action, "ifindex": s.ifindex, "link_pin": paths.link_pin(s.ifname, s.hook)}
+            s.label: {
+                "action": s.action,
+                "ifindex": s.ifindex,
+                **({"tc_filter": s.tc_filter} if s.tc_filter else {"link_pin": paths.link_pin(s.ifname, s.hook)}),
+            }
             for s in done.plan.steps
         },
         "maps": done.maps,

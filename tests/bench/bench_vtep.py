@@ -294,6 +294,7 @@ class Bed:
     linux_sink: str = "tc"
     obj: libbpf.BpfObject | None = None
     vtep: libbpf.BpfObject | None = None
+    vtep_tc: libbpf.BpfObject | None = None  # the TC backend's tc program (vtep_tc.c)
     vtep_maps: dict = field(default_factory=dict)
     links: list[int] = field(default_factory=list)
     ifindex: dict[str, int] = field(default_factory=dict)
@@ -355,17 +356,24 @@ class Bed:
     def setup_vtep(self) -> None:
         """The XDP VTEP, brought up as tests/kernel/vtep_netns.py does: ports from the namespace, maps by the
         vtep module's own writer.update()."""
-        self.vtep = libbpf.BpfObject(compile_bpf(REPO / "bpf" / "vtep" / "vtep.c", [REPO / "bpf" / "include"]))
+        include = [REPO / "bpf" / "include"]
+        self.vtep = libbpf.BpfObject(compile_bpf(REPO / "bpf" / "vtep" / "vtep_xdp.c", include))
         for layout in layouts.LAYOUTS.values():
             layout.check_object(self.vtep)
         self.vtep.load()
+        if self.spec.backend == "tc":  # the tc program's object, on the XDP object's maps
+            self.vtep_tc = libbpf.BpfObject(compile_bpf(REPO / "bpf" / "vtep" / "vtep_tc.c", include))
+            for name, m in self.vtep_tc.maps.items():
+                if not m.internal:
+                    m.reuse_fd(self.vtep.map(name).fd)
+            self.vtep_tc.load()
         self.vtep_maps = {n: self.vtep.map(n) for n in layouts.MAP_NAMES}
         ingress = self.vtep.program(layouts.ingress_program(self.spec.backend, "native")).fd
         for dev in ("acc", "ul"):
             self.link(ingress, dev)
             if self.spec.backend == "tc":
                 with netns(self.ns):
-                    tc_program = self.vtep.program(layouts.TC_PROGRAM).fd
+                    tc_program = self.vtep_tc.program(layouts.TC_PROGRAM).fd
                     self.links.append(libbpf.tcx_link_create(tc_program, self.ifindex[dev]))
         fdb = (FdbEntry(KNOWN_MAC, None, KNOWN_PEER),) if self.spec.known_mac else ()
         peers = tuple(Peer(ip, "ul", mac) for ip, mac in sorted(self.peers.items()))
@@ -476,10 +484,10 @@ class Bed:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.links.clear()
-        for obj in (self.vtep, self.obj):
+        for obj in (self.vtep_tc, self.vtep, self.obj):
             if obj:
                 obj.close()
-        self.vtep = self.obj = None
+        self.vtep_tc = self.vtep = self.obj = None
         subprocess.run(["ip", "netns", "del", self.ns], check=False, capture_output=True)
 
 

@@ -1,9 +1,9 @@
 """xdpfleet.fabric.kernel_cmdline on lab hosts over real SSH, against each host's private /etc/default/grub.
 
-The lab has no bootloader and the machine has no /etc/default/grub. Each lab host gets the lab's stand-in in its
-private /etc; these tests replace it on every lab host with Debian 12's stock file, run the module with
+Each lab host has a private /etc (an overlay on the machine's), with the lab's stand-in /etc/default/grub where the
+machine has none; these tests replace it on every lab host with Debian 12's stock file, run the module with
 update_command: [], read the file back out of band, and put the lab's file back at the end. The machine's own
-/etc/default/grub stays absent throughout.
+/etc/default/grub, present or not, stays as it was throughout.
 """
 
 import json
@@ -31,6 +31,14 @@ def grub_text(lab, host):
     return lab.host_exec(host, ["cat", GRUB]).stdout
 
 
+def machine_grub() -> str | None:
+    """The machine's own /etc/default/grub (None: it has none), which no lab host's write may reach."""
+    return Path(GRUB).read_text() if os.path.exists(GRUB) else None
+
+
+MACHINE_GRUB = machine_grub()
+
+
 def has_record(lab, host):
     return lab.host_exec(host, ["test", "-e", RECORD], check=False).returncode == 0
 
@@ -38,7 +46,6 @@ def has_record(lab, host):
 @pytest.fixture(scope="module")
 def grub_hosts(lab):
     """Lab hosts with Debian 12's /etc/default/grub; the lab's own file is back at the end."""
-    assert not os.path.exists(GRUB), "the machine itself must have no /etc/default/grub"
     lab_files = {host: grub_text(lab, host) for host in LAB_HOSTS}
     write = {"name": "GRUB defaults", "ansible.builtin.copy": {"content": DEBIAN_GRUB, "dest": GRUB, "mode": "0644"}}
     written = lab.run_tasks([write])
@@ -47,7 +54,7 @@ def grub_hosts(lab):
     for host in LAB_HOSTS:
         lab.host_exec(host, ["sh", "-c", f"cat > {GRUB}; rm -f {RECORD}"], input=lab_files[host])
         assert grub_text(lab, host) == lab_files[host]
-    assert not os.path.exists(GRUB)
+    assert machine_grub() == MACHINE_GRUB
 
 
 def test_add_check_diff_restore_on_private_grub_files(grub_hosts):
@@ -67,7 +74,7 @@ def test_add_check_diff_restore_on_private_grub_files(grub_hosts):
         expected = DEBIAN_GRUB.replace('DEFAULT="quiet"', 'DEFAULT="quiet iommu=pt"')
         assert grub_text(lab, host) == expected
         assert json.loads(lab.host_exec(host, ["cat", RECORD]).stdout)["original"] == '"quiet"'
-    assert not os.path.exists(GRUB), "the lab's writes stay in the hosts' own /etc"
+    assert machine_grub() == MACHINE_GRUB, "the lab's writes stay in the hosts' own /etc"
 
     second = kernel_cmdline(lab, present=["iommu=pt"])
     assert second.rc == 0, second
@@ -96,7 +103,7 @@ def test_add_check_diff_restore_on_private_grub_files(grub_hosts):
     again = kernel_cmdline(lab, state="restore")
     assert again.rc == 0, again
     assert again.changed() == 0, again
-    assert not os.path.exists(GRUB)
+    assert machine_grub() == MACHINE_GRUB
 
 
 def test_bad_input_changes_nothing(grub_hosts):

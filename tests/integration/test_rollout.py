@@ -19,7 +19,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from l2lib import bum_probe, ports
-from lablib import printed_diff
+from lablib import printed_diff, split_promisc
 
 PLAYBOOK = "playbooks/vtep.yml"
 ROLLOUT = {"vtep_canary": True, "vtep_serial": 2}
@@ -95,9 +95,12 @@ def test_check_mode_shows_the_change_and_changes_nothing(rollout_lab):
     with host_vars_changed(lab, "c", c100_leaves_vni_100):
         check = lab.run_playbook(PLAYBOOK, extra_vars=ROLLOUT, check=True, diff=True)
     assert check.rc == 0, check
-    assert check.result(task=CONFIGURE["xdp"], host="c")["changes"] == ["VNI 100: - access port acc100"]
+    assert check.result(task=CONFIGURE["xdp"], host="c")["changes"] == [
+        "VNI 100: - access port acc100", "acc100: promisc off (as before the VTEP served it)"
+    ]
     # --diff prints it, and that neither of the programs of c (a TC VTEP) would run on acc100 any more
-    removed, *detached = printed_diff(check.stdout, "vtep vtep")
+    flags, (removed, *detached) = split_promisc(printed_diff(check.stdout, "vtep vtep"))
+    assert flags == ["+acc100: promisc off", "-acc100: promisc on"], flags
     assert removed == "-VNI 100: access port acc100"
     assert sorted(re.sub(r" tag [0-9a-f]{16} ", " tag T ", line) for line in detached) == [
         "-acc100 (tc): vtep_replicate tag T tc",

@@ -92,7 +92,11 @@ def test_teardown_removes_everything_and_converges(lab):
         "router: map router_stats",
         "router: state file /var/lib/xdpfleet/programs/router.json",
     ]
-    assert gone[0].startswith("sender on p3 (pid ") and would["diff"]["after"] == ""
+    assert gone[0].startswith("sender on p3 (pid ")
+    # what stays: the VTEP's ports with the promiscuous flag they had before it served them
+    assert would["diff"]["after"].splitlines() == [
+        "vtep: acc100: promisc off", "vtep: acc200: promisc off", "vtep: acclocal: promisc off"
+    ]
     assert {"p1", "p2", "acc100", "p3"} <= set(xdp_interfaces(lab, "a")), "check mode changes nothing"
 
     run = lab.run_playbook(TEARDOWN)

@@ -25,7 +25,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from l2lib import BROADCAST, Capture, Port, Vlan, build_frame, bum_probe, mac, new_marker, ports, probe, send
-from lablib import printed_diff
+from lablib import printed_diff, split_promisc
 
 PLAYBOOK = "playbooks/vtep.yml"
 VNI100 = ["a100", "alocal", "b100", "c100", "l100"]
@@ -471,18 +471,25 @@ def test_one_member_more_or_less_changes_only_that(fabric):
     finally:
         host_vars.write_text(original)
     assert less.rc == 0, less
-    assert less.result(task=XDP_TASK, host="c")["changes"] == ["VNI 100: - access port acc100"]
+    # acc100 is no longer a VTEP port: its promiscuous flag goes back to what it was before the VTEP took it
+    assert less.result(task=XDP_TASK, host="c")["changes"] == [
+        "VNI 100: - access port acc100", "acc100: promisc off (as before the VTEP served it)"
+    ]
     # --diff: the member goes, and so do the programs on acc100 (no longer a VTEP port): c is a TC VTEP, its XDP
     # program and its tc program
-    removed, *detached = printed_diff(less.stdout, "vtep vtep")
+    flags, (removed, *detached) = split_promisc(printed_diff(less.stdout, "vtep vtep"))
     xdp, tc = TC_BACKEND_PROGRAMS
+    assert flags == ["+acc100: promisc off", "-acc100: promisc on"], flags
     assert removed == "-VNI 100: access port acc100", removed
     assert len(detached) == 2, detached
     assert re.fullmatch(f"-acc100 \\(tc\\): {tc}", min(detached)) and re.fullmatch(f"-acc100: {xdp}", max(detached))
     assert "c100" not in bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=1)
     back = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "c"}, diff=True)
-    assert back.result(task=XDP_TASK, host="c")["changes"] == ["VNI 100: + access port acc100"]
-    added, *attached = printed_diff(back.stdout, "vtep vtep")
+    assert back.result(task=XDP_TASK, host="c")["changes"] == [
+        "VNI 100: + access port acc100", "acc100: promisc on (receives frames for the MACs behind other VTEPs)"
+    ]
+    flags, (added, *attached) = split_promisc(printed_diff(back.stdout, "vtep vtep"))
+    assert flags == ["+acc100: promisc on", "-acc100: promisc off"], flags
     assert added == "+VNI 100: access port acc100" and len(attached) == 2, attached
     assert re.fullmatch(f"\\+acc100 \\(tc\\): {tc}", min(attached))
     assert re.fullmatch(f"\\+acc100: {xdp}", max(attached))

@@ -5,6 +5,7 @@ then rule changes that write only the difference into the maps of a running filt
 
 import os
 import socket
+from collections.abc import Callable
 
 import pytest
 from scapy.layers.inet import ICMP, IP, TCP, UDP
@@ -13,7 +14,7 @@ from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from vtep_netns import REPO, netns, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import layouts, rules, writer
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="BPF and namespaces need root")
@@ -236,15 +237,22 @@ class Veth:
             self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
             self.sock.bind(("ftx", 0))
 
-    def attach(self, filt: Filter, hook: str) -> int:
-        """A bpf_link of the hook's program on rx: native XDP, or tcx ingress."""
+    def attach(self, filt: Filter, hook: str) -> Callable[[], None]:
+        """The hook's program on rx: a bpf_link at native XDP or tcx ingress, or (hook "tc-cls_bpf") a cls_bpf filter
+        at clsact ingress. Returns what detaches it."""
         with netns(self.ns):
+            if hook == "tc-cls_bpf":
+                cls_bpf.add_clsact(self.rx_ifindex)
+                cls_bpf.attach(self.rx_ifindex, filt.program("tc").fd, cls_bpf.FIRST_PRIORITY, "xdpfleet:test")
+                return lambda: cls_bpf.delete_clsact(self.rx_ifindex)
             if hook == "xdp":
-                return libbpf.xdp_link_create(filt.program("xdp").fd, self.rx_ifindex, "native")
-            return libbpf._check(
-                "bpf_link_create(tcx)",
-                libbpf.lib().bpf_link_create(filt.program("tc").fd, self.rx_ifindex, BPF_TCX_INGRESS, None),
-            )
+                link = libbpf.xdp_link_create(filt.program("xdp").fd, self.rx_ifindex, "native")
+            else:
+                link = libbpf._check(
+                    "bpf_link_create(tcx)",
+                    libbpf.lib().bpf_link_create(filt.program("tc").fd, self.rx_ifindex, BPF_TCX_INGRESS, None),
+                )
+            return lambda: os.close(link)
 
     def send(self, frames) -> None:
         for frame in frames:
@@ -264,7 +272,7 @@ def veth():
         pair.close()
 
 
-@pytest.mark.parametrize("hook", ["xdp", "tc"])
+@pytest.mark.parametrize("hook", ["xdp", "tc", "tc-cls_bpf"])
 def test_attached_filter_counts_what_the_wire_brings_tagged_or_not(veth, loaded, hook):
     """Through the real receive path: at tc the kernel has moved an 802.1Q tag out of the frame (into the skb)
     before the program runs, at XDP it is still inline; the rule matches the packet inside either way."""
@@ -276,13 +284,14 @@ def test_attached_filter_counts_what_the_wire_brings_tagged_or_not(veth, loaded,
         v6(dst="2001:db8:1::1") / udp(7),
         v4(frag=185) / (b"\0\0\x27\x0f" + b"x" * 20),
     ]
-    link = veth.attach(loaded, hook)
+    detach = veth.attach(loaded, hook)
     try:
         before = loaded.counts()
         veth.send(sent)
         moved = delta(before, loaded.counts())
     finally:
-        os.close(link)
+        with netns(veth.ns):
+            detach()
     # The kernel may send IPv6 neighbour/router traffic of its own on the new link: only count ours.
     assert {k: moved.get(k, 0) for k in ("udp-9999", "vxlan", "v6-net")} == {"udp-9999": 2, "vxlan": 2, "v6-net": 1}
     assert moved.get("no_rule", 0) >= 1  # the fragment
@@ -291,13 +300,13 @@ def test_attached_filter_counts_what_the_wire_brings_tagged_or_not(veth, loaded,
 # --- The module's path: deploy() through program.py -----------------------------------------------------------------
 
 
-def test_deploy_changes_rules_in_place_keeping_program_and_counters(veth, tmp_path):
+def test_deploy_changes_rules_in_place_keeping_program_and_counters(veth, tmp_path, bpffs):
     """What xdp_filter does on a host: a re-run changes nothing, check mode only says, and a rules change is written
     into the running filter's maps: same program id, the kept rule's counters go on."""
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as fd
 
-    paths = xp.InstancePaths("xk-filter", f"/sys/fs/bpf/{PREFIX}-flt-{os.getpid()}", str(tmp_path / "state"))
+    paths = xp.InstancePaths("xk-filter", str(bpffs / "xdpfleet"), str(tmp_path / "state"))
     first = [RULES[0], RULES[1]]
     second = [RULES[0], dict(RULES[1], dst_port=4790), RULES[4]]
 

@@ -237,7 +237,7 @@ def test_compile_cache_is_keyed_by_content(tmp_path):
 
 
 def test_compile_cache_sees_the_headers_next_to_the_source(tmp_path):
-    """vtep.c includes vtep.h and the generated vtep_abi.h from its own directory: a changed header is a new
+    """vtep_xdp.c includes vtep.h and the generated vtep_abi.h from its own directory: a changed header is a new
     object, never the one built from the old header."""
     src = tmp_path / "src" / "p.c"
     src.parent.mkdir()
@@ -362,16 +362,6 @@ def test_btf_decode_turns_values_into_data(fixture_object):
             "delta": -2,
         }
     assert bl.sum_values([{"a": 1, "b": [1, 2]}, {"a": 2, "b": [3, 4]}]) == {"a": 3, "b": [4, 6]}
-
-
-@pytest.fixture
-def bpffs(tmp_path):
-    """A bpffs instance of its own (every mount is a new one), gone with the test."""
-    root = tmp_path / "bpffs"
-    root.mkdir()
-    subprocess.run(["mount", "-t", "bpf", "bpf", str(root)], check=True)
-    yield root
-    subprocess.run(["umount", str(root)], check=True)
 
 
 def test_pinned_maps_are_reused_only_with_the_same_layout(tmp_path, bpffs):

@@ -34,20 +34,18 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and XDP ne
 # deploy the three instances as their modules do, or read them as their modules do.
 STEP = textwrap.dedent(
     """
-    import json, os, subprocess, sys
+    import json, os, sys
     sys.path.insert(0, sys.argv[1])
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_layout, build, program as xp
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as filter_deploy
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vtep_deploy
     args = json.loads(sys.argv[2])
-    if not xp.bpffs_mounted():
-        subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
     host = records.HostPaths(args["state_dir"], args["pin_root"], args["cache_dir"])
     src, include = args["src"], [os.path.join(args["src"], "include")]
     if args["do"] == "deploy":
         vtep_deploy.deploy(host.instance("vtep"), args["vtep"], "native", host.cache_dir,
-                           os.path.join(src, "vtep", "vtep.c"), include)
+                           os.path.join(src, "vtep", "vtep_xdp.c"), include)
         counter = os.path.join(src, "counter", "counter.c")
         obj, _ = build.compile_object(counter, host.cache_dir, include)
         xp.converge(host.instance("counter"), obj, None, "native", {"count_only_proto": 17}, ["ulp"], counter,

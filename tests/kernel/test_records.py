@@ -26,13 +26,11 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loading BPF programs 
 # the data plane changes), restore from the records, or report what v0 runs.
 STEP = textwrap.dedent(
     """
-    import json, os, signal, subprocess, sys
+    import json, os, signal, sys
     sys.path.insert(0, sys.argv[1])
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build, program as xp
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
     args = json.loads(sys.argv[2])
-    if not xp.bpffs_mounted():  # this process's own /sys (ip netns exec): restore asks for a bpffs there
-        subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
     host = hr.HostPaths(args["state_dir"], args["pin_root"], args["cache_dir"])
     paths = host.instance("counter")
     apply = xp.Instance.apply

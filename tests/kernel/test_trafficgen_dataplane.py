@@ -15,6 +15,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap, set_rodata
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import XDP_PASS, xdp_return_program
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender as tg_sender
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.echo import echo_constants
 
@@ -48,7 +49,7 @@ class Pair:
         with netns(ns):
             self.sender_mac, self.echo_mac = port_facts(SENDER).mac, port_facts(ECHO).mac
 
-    def start_echo(self, template: pt.Expanded) -> None:
+    def start_echo(self, template: pt.Expanded, mode: str = "native") -> None:
         self.stop_echo()
         self.echo_obj = libbpf.BpfObject(compile_source("echo.c", self.cache_dir))
         for layout in tg.ECHO_LAYOUTS:
@@ -57,7 +58,7 @@ class Pair:
         self.echo_obj.load()
         with netns(self.ns):
             self.echo_link = libbpf.xdp_link_create(
-                self.echo_obj.program("xdp_echo").fd, socket.if_nametoindex(ECHO), "native"
+                self.echo_obj.program("xdp_echo").fd, socket.if_nametoindex(ECHO), mode
             )
 
     def pass_on_echo_end(self) -> None:
@@ -229,3 +230,26 @@ def test_the_veth_transmits_xdp_frames_only_while_its_peer_runs_xdp(pair):
         pair.start_echo(template)
         with netns(pair.ns):
             assert tg.can_transmit_xdp(SENDER) is True
+
+
+def test_a_generic_program_on_the_veth_peer_does_not_let_it_transmit_xdp_frames(pair):
+    """veth's ndo_xdp_xmit, like virtio_net's, takes frames only for a program attached natively (on the peer, for a
+    veth; generic XDP runs on the skb, after the point where XDP frames are handed over): with the echo server
+    attached in generic mode the sender's frames are all dropped, which the sender reports as the peer's problem."""
+    sh("ip", "netns", "exec", pair.ns, "ethtool", "-K", ECHO, "gro", "off")
+    template = build(pair, "udp4")
+    pair.start_echo(template, mode="generic")
+    with pair.sender(template) as sender:
+        with netns(pair.ns):
+            assert tg.can_transmit_xdp(SENDER) is False
+        dropped = pair.run(sender, count=128)
+    assert (dropped.received, pair.echoed()) == (0, 0)
+    message = tg_sender.no_xmit_message(SENDER, {"driver": "veth", "peer": ECHO})
+    assert "no XDP program attached natively (a generic one does not count)" in message
+    assert "mode=echo, attach_mode: native" in message
+    pair.start_echo(template)
+    with pair.sender(template) as sender:
+        with netns(pair.ns):
+            assert tg.can_transmit_xdp(SENDER) is True
+        sent = pair.run(sender, count=128)
+    assert sent.received == pair.echoed() == 128

@@ -10,11 +10,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import LAB_PREFIX
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
-from vtep_netns import VtepNetns
+from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
@@ -68,7 +69,7 @@ def config(peers_100=PEERS_100) -> VtepConfig:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    lab = VtepNetns.create(f"xv-{os.getpid()}", {"a1": 1500, "a2": 1500, "a3": 1500, "tr": 1500, "ul": 1600,
+    lab = VtepNetns.create(f"{LAB_PREFIX}v-{os.getpid()}", {"a1": 1500, "a2": 1500, "a3": 1500, "tr": 1500, "ul": 1600,
                                                   "ul2": 1600})  # fmt: skip
     try:
         lab.load("native", str(tmp_path_factory.mktemp("bpfcache")))
@@ -78,11 +79,12 @@ def lab(tmp_path_factory):
         lab.close()
 
 
-@pytest.fixture(params=layouts.BACKENDS)
+@pytest.fixture(params=ATTACHMENTS, ids=ATTACHMENT_IDS)
 def vtep(lab, request):
-    """The VTEP with the programs of each backend attached (native XDP)."""
-    if lab.backend != request.param:
-        lab.attach("native", request.param)
+    """The VTEP with the programs of each backend attached (native XDP; the tc one each way it can be)."""
+    backend, tc_attach = request.param
+    if (lab.backend, lab.tc_attach) != (backend, tc_attach):
+        lab.attach("native", backend, tc_attach)
     return lab
 
 

@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+from conftest import LAB_PREFIX
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
@@ -47,7 +48,7 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture
 def vtep(cache_dir):
-    lab = VtepNetns.create(f"xff-{os.getpid()}", {"a1": 1500, "a2": 1500, "tr": 1500, "ul": 1600})
+    lab = VtepNetns.create(f"{LAB_PREFIX}ff-{os.getpid()}", {"a1": 1500, "a2": 1500, "tr": 1500, "ul": 1600})
     try:
         lab.load("native", cache_dir)
         configure(lab, document())

@@ -9,11 +9,12 @@ import os
 import time
 
 import pytest
+from conftest import LAB_PREFIX
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
-from vtep_netns import VtepNetns
+from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts
@@ -71,7 +72,7 @@ def config(aging: int = 300, vni100_access=("a1", "a2")) -> VtepConfig:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    lab = VtepNetns.create(f"xvf-{os.getpid()}", PORTS)
+    lab = VtepNetns.create(f"{LAB_PREFIX}vf-{os.getpid()}", PORTS)
     try:
         lab.load("native", str(tmp_path_factory.mktemp("bpfcache")), fdb_size=FDB_SIZE)
         lab.configure(config())
@@ -80,16 +81,16 @@ def lab(tmp_path_factory):
         lab.close()
 
 
-def attached(lab, backend: str):
-    if lab.backend != backend:
-        lab.attach("native", backend)
+def attached(lab, backend: str, tc_attach: str | None = None):
+    if (lab.backend, lab.tc_attach) != (backend, tc_attach):
+        lab.attach("native", backend, tc_attach)
     return lab
 
 
-@pytest.fixture(params=layouts.BACKENDS)
+@pytest.fixture(params=ATTACHMENTS, ids=ATTACHMENT_IDS)
 def vtep(lab, request):
-    """The VTEP with the programs of each backend attached (native XDP)."""
-    return attached(lab, request.param)
+    """The VTEP with the programs of each backend attached (native XDP; the tc one each way it can be)."""
+    return attached(lab, *request.param)
 
 
 @pytest.fixture
@@ -412,6 +413,6 @@ def test_the_tc_program_hands_a_frame_without_a_command_to_the_next_tcx_program(
     """The TC backend's tc program carries out the command its XDP program leaves in the metadata; a frame without
     one is the host's and goes on to the port's next tcx program (a filter attached after the VTEP) or the stack:
     TC_ACT_UNSPEC, not TC_ACT_OK, which ends the port's tcx chain there."""
-    tc_program = lab.obj.program(layouts.TC_PROGRAM).fd
+    tc_program = lab.tc_obj.program(layouts.TC_PROGRAM).fd
     result = libbpf.prog_test_run(tc_program, frame("host", "02:00:00:00:00:01"))
     assert result.retval == TC_ACT_UNSPEC & 0xFFFFFFFF

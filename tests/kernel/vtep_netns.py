@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, writer
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
 
@@ -31,6 +32,10 @@ SIOCGIFHWADDR = 0x8927
 SOL_PACKET, PACKET_AUXDATA = 263, 8
 TP_STATUS_VLAN_VALID, TP_STATUS_VLAN_TPID_VALID = 0x10, 0x40
 SO_RCVBUFFORCE = 33
+# What the tests that hold both backends to the same assertions run: the XDP backend, and the TC backend with its
+# tc program attached each way the collection attaches one (tcx, and cls_bpf where a kernel has no tcx).
+ATTACHMENTS = [("xdp", None), ("tc", xp.TC_ATTACH_TCX), ("tc", xp.TC_ATTACH_CLS_BPF)]
+ATTACHMENT_IDS = ["xdp", "tc-tcx", "tc-cls_bpf"]
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -106,10 +111,13 @@ class VtepNetns:
     taps: dict[str, Tap] = field(default_factory=dict)
     links: dict[str, int] = field(default_factory=dict)
     tc_links: dict[str, int] = field(default_factory=dict)
-    obj: libbpf.BpfObject | None = None
+    tc_filters: list[int] = field(default_factory=list)  # ifindexes with our cls_bpf filter (and clsact)
+    obj: libbpf.BpfObject | None = None  # the XDP programs (vtep_xdp.c)
+    tc_obj: libbpf.BpfObject | None = None  # the TC backend's tc program (vtep_tc.c), on obj's maps
     maps: dict[str, libbpf.Map] = field(default_factory=dict)
     current: plan.MapContents | None = None
     backend: str = "xdp"
+    tc_attach: str | None = None
 
     @classmethod
     def create(cls, name: str, port_mtus: dict[str, int]) -> VtepNetns:
@@ -136,32 +144,46 @@ class VtepNetns:
         return lab
 
     def load(self, mode: str, cache_dir: str, fdb_size: int | None = None) -> None:
-        """Compile and load the data plane (its learned FDB sized as a document's fdb_size would) and attach the
-        backend's programs (the XDP backend's, unless attach() says otherwise) to every port."""
-        path, _ = bpf_build.compile_object(
-            str(REPO / "bpf" / "vtep" / "vtep.c"), cache_dir, [str(REPO / "bpf" / "include")]
-        )
+        """Compile and load the data plane, both objects on one set of maps (its learned FDB sized as a document's
+        fdb_size would), and attach the backend's programs (the XDP backend's, unless attach() says otherwise) to
+        every port."""
+        include = [str(REPO / "bpf" / "include")]
+        path, _ = bpf_build.compile_object(str(REPO / "bpf" / "vtep" / "vtep_xdp.c"), cache_dir, include)
+        tc_path, _ = bpf_build.compile_object(str(REPO / "bpf" / "vtep" / "vtep_tc.c"), cache_dir, include)
         self.obj = libbpf.BpfObject(path)
+        self.tc_obj = libbpf.BpfObject(tc_path)
         for layout in layouts.LAYOUTS.values():
             layout.check_object(self.obj)
         if fdb_size:
             self.obj.map(layouts.LEARNED_FDB).set_max_entries(fdb_size)
         self.obj.load()
+        for name, m in self.tc_obj.maps.items():
+            if not m.internal:
+                m.reuse_fd(self.obj.map(name).fd)
+        self.tc_obj.load()
         self.maps = {n: self.obj.map(n) for n in layouts.MAP_NAMES}
         self.current = writer.read(self.maps)
         self.attach(mode)
 
-    def attach(self, mode: str, backend: str | None = None) -> None:
+    def attach(self, mode: str, backend: str | None = None, tc_attach: str | None = None) -> None:
         """Attach the backend's programs (default: the one attached last) in XDP mode `mode`: the XDP backend's
-        ingress program, or the TC backend's ingress program and its tc program at tcx ingress."""
+        ingress program, or the TC backend's ingress program and its tc program at tc ingress, through a tcx link or
+        a cls_bpf filter (tc_attach; default: as last time, else tcx)."""
         self.detach()
         self.backend = backend or self.backend
+        self.tc_attach = (tc_attach or self.tc_attach or xp.TC_ATTACH_TCX) if self.backend == "tc" else None
         ingress = self.obj.program(layouts.ingress_program(self.backend, mode)).fd
         with netns(self.name):
             for port in self.ports.values():
                 self.links[port.name] = libbpf.xdp_link_create(ingress, port.ifindex, mode)
-                if self.backend == "tc":
-                    tc_program = self.obj.program(layouts.TC_PROGRAM).fd
+                if self.backend != "tc":
+                    continue
+                tc_program = self.tc_obj.program(layouts.TC_PROGRAM).fd
+                if self.tc_attach == xp.TC_ATTACH_CLS_BPF:
+                    cls_bpf.add_clsact(port.ifindex)
+                    self.tc_filters.append(port.ifindex)
+                    cls_bpf.attach(port.ifindex, tc_program, cls_bpf.FIRST_PRIORITY, cls_bpf.owner_name(self.name))
+                else:
                     self.tc_links[port.name] = libbpf.tcx_link_create(tc_program, port.ifindex)
 
     def detach(self) -> None:
@@ -170,6 +192,10 @@ class VtepNetns:
                 libbpf.link_detach(fd)
                 os.close(fd)
             links.clear()
+        with netns(self.name):
+            for ifindex in self.tc_filters:
+                cls_bpf.delete_clsact(ifindex)  # with the filter on it
+        self.tc_filters.clear()
 
     def configure(self, config: VtepConfig, peer_macs=None, ports=None) -> plan.MapDiff:
         """Bring the maps to `config` as the vtep module does; `ports` (default: the namespace's) may be altered."""
@@ -199,6 +225,7 @@ class VtepNetns:
             self.detach()
         for tap in self.taps.values():
             tap.sock.close()
-        if self.obj:
-            self.obj.close()
+        for obj in (self.tc_obj, self.obj):
+            if obj:
+                obj.close()
         subprocess.run(["ip", "netns", "del", self.name], check=False)

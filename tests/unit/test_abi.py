@@ -86,7 +86,7 @@ def edited_tree(tmp_path: Path, header: str, edits: dict[str, str]) -> Path:
 @pytest.mark.parametrize(
     ("source", "layout", "first", "second", "numbers"),
     [
-        ("bpf/vtep/vtep.c", vtep_layouts.LAYOUTS["port_stats"], "DROP_MTU", "DROP_NO_PEER", (9, 10)),
+        ("bpf/vtep/vtep_xdp.c", vtep_layouts.LAYOUTS["port_stats"], "DROP_MTU", "DROP_NO_PEER", (9, 10)),
         ("bpf/trafficgen/sender.c", tg.SENDER_LAYOUTS["tg_entries"], "TG_DIFF_U16", "TG_DIFF_U32", (2, 4)),
     ],
     ids=["vtep", "trafficgen"],
@@ -114,7 +114,7 @@ def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
 
 
 def test_a_python_declaration_out_of_step_with_the_object_fails(cache):
-    path = compile_in(REPO, "bpf/vtep/vtep.c", cache)
+    path = compile_in(REPO, "bpf/vtep/vtep_xdp.c", cache)
     members = {m[0]: m for m in vtep_abi.PORT_KIND.members}
     reordered = dataclasses.replace(
         vtep_abi.PORT_KIND,

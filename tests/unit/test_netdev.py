@@ -90,20 +90,6 @@ def test_count_queues():
     assert netdev.count_queues([]) == {"rx": 0, "tx": 0}
 
 
-def test_parse_mounts_last_mount_wins_and_escapes():
-    text = (
-        "sysfs /sys sysfs rw 0 0\n"
-        "sysfs /sys/fs/bpf sysfs rw,relatime 0 0\n"
-        "bpf /sys/fs/bpf bpf rw,relatime,mode=700 0 0\n"
-        "tmpfs /mnt/with\\040space tmpfs rw 0 0\n"
-        "short line\n"
-    )
-    mounts = netdev.parse_mounts(text)
-    assert mounts["/sys/fs/bpf"] == "bpf"
-    assert mounts["/mnt/with space"] == "tmpfs"
-    assert netdev.parse_mounts("bpf /sys/fs/bpf bpf rw 0 0\nsysfs /sys/fs/bpf sysfs rw 0 0\n")["/sys/fs/bpf"] == "sysfs"
-
-
 def test_netlink_attrs_roundtrip_and_padding():
     a = netdev.nl_attr(2, b"netdev\0")  # 4 + 7 = 11, padded to 12
     assert len(a) == 12

@@ -12,7 +12,7 @@ AGING = 30 * NS_PER_S  # fdb_document()'s fdb_aging
 
 
 def learned(vni: int, mac: str, seen_ago_ns: int, port: str, remote: str | None = None, peer: int = 0, vid: int = 0):
-    """A learned entry as vtep.c's learn() writes it: seen seen_ago_ns before NOW."""
+    """A learned entry as vtep_xdp.c's learn() writes it: seen seen_ago_ns before NOW."""
     key = FdbKey(vni, mac_array(mac))
     value = FdbEntry(
         seen_ns=NOW - seen_ago_ns,

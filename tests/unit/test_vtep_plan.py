@@ -255,14 +255,6 @@ def test_a_slot_left_in_the_same_update_is_taken_only_when_no_other_is_free():
     assert plan.assign_slots({10, 30, 40}, {10: 0, 20: 2}, 4) == {10: 0, 30: 1, 40: 3}  # smallest free first
 
 
-def test_groups_at_a_slot_no_vni_has_are_removed():
-    now = held(compiled(document()))
-    now.orphans = [("flood", "large", 7), ("local", "small", 9)]  # as writer.read() finds them after an interrupt
-    d = plan.diff(now, compiled(document(), now))
-    assert not d.empty and not d.groups and not any(d.upserts.values())
-    assert d.groups_removed == [("flood", None, "large", 7), ("local", None, "small", 9)]
-
-
 def fdb_document() -> dict:
     """document() with static entries on an access port, on a trunk and at two remote VTEPs, and 30 s aging."""
     doc = document()

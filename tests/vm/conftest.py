@@ -9,8 +9,6 @@ import kernels
 import planes
 import pytest
 
-ROUNDS: list[planes.Round] = []
-
 
 @pytest.fixture(scope="session")
 def objects() -> tuple[dict[str, str], str]:
@@ -26,14 +24,10 @@ def vm_work(tmp_path_factory):
     return tmp_path_factory.mktemp("vm")
 
 
-def record(row: planes.Round) -> None:
-    ROUNDS.append(row)
-
-
 def pytest_terminal_summary(terminalreporter):
-    if not ROUNDS:
+    if not planes.ROUNDS:
         return
-    text = planes.table(ROUNDS)
+    text = planes.table(planes.ROUNDS)
     terminalreporter.section("VM kernel matrix")
     terminalreporter.write_line(text)
     build = planes.REPO / ".build"

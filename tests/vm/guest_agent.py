@@ -129,6 +129,10 @@ def set_mtu(ifname: str, mtu: int) -> None:
     run("ip", "link", "set", ifname, "mtu", str(mtu))
 
 
+def set_promisc(ifname: str, on: bool) -> None:
+    run("ip", "link", "set", ifname, "promisc", "on" if on else "off")
+
+
 def router_deploy(interfaces: list[str], mode: str, cache_dir: str) -> dict:
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy
 
@@ -146,7 +150,8 @@ def vtep_deploy(document: dict, mode: str, backend: str, cache_dir: str) -> dict
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy
 
     result = deploy.deploy(
-        paths("vtep"), document, mode, cache_dir, str(SRC / "vtep" / "vtep.c"), INCLUDE_DIRS, backend=backend
+        paths("vtep"), document, mode, cache_dir, str(SRC / "vtep" / "vtep_xdp.c"), INCLUDE_DIRS, backend=backend,
+        tc_source=str(SRC / "vtep" / "vtep_tc.c"),
     )
     return {"changed": result["changed"], "program": result["program"]}
 
@@ -196,8 +201,8 @@ def sender_run(ifname: str, mode: str, object_path: str, template: dict, dst_mac
 
 
 OPS = {f.__name__: f for f in (
-    setup, load, remove, xdp_state, set_mtu, counter_deploy, counter_read, filter_deploy, filter_read, addresses,
-    router_deploy, router_read, vtep_deploy, vtep_drops, echo_deploy, echo_read, echo_remove, sender_run,
+    setup, load, remove, xdp_state, set_mtu, set_promisc, counter_deploy, counter_read, filter_deploy, filter_read,
+    addresses, router_deploy, router_read, vtep_deploy, vtep_drops, echo_deploy, echo_read, echo_remove, sender_run,
 )}  # fmt: skip
 
 

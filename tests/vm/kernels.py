@@ -17,14 +17,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CACHE_ROOT = Path(os.environ.get("XDPFLEET_VM_CACHE", "/var/cache/xdpfleet-tests"))
-MIRROR = "http://deb.debian.org/debian"
+# The machine's own Debian archive, as its apt sources name it (deb822 or one-line style).
+APT_SOURCES = ("/etc/apt/sources.list.d/debian.sources", "/etc/apt/sources.list")
 # suite -> what it is called in the matrix; bullseye last: its boot is the least certain (see tests/vm/README.md).
 SUITES = {"bookworm": "Debian 12", "trixie": "Debian 13", "bullseye": "Debian 11"}
+# make test's smoke round: the two kernels servers run most (bullseye, its boot the slowest, only in the matrix).
+SMOKE_SUITES = ("bookworm", "trixie")
 META_PACKAGE = "linux-image-amd64"
 
 
 class KernelFetchError(RuntimeError):
     pass
+
+
+def debian_archive() -> str:
+    """The URI of the Debian archive this machine's apt uses: the kernels come from the same place."""
+    for path in APT_SOURCES:
+        if not os.path.exists(path):
+            continue
+        for line in Path(path).read_text().splitlines():
+            words = line.split()
+            if words[:1] == ["URIs:"] and len(words) > 1:
+                return words[1]
+            if words[:1] == ["deb"] and len(words) > 1:
+                return next(w for w in words[1:] if not w.startswith("["))
+    raise KernelFetchError(f"no Debian archive in {' or '.join(APT_SOURCES)}: the kernels are fetched from it")
 
 
 @dataclass(frozen=True)
@@ -67,7 +84,7 @@ def _apt_options(suite: str) -> list[str]:
     if not sources.exists():
         for sub in ("lists/partial", "cache/archives/partial"):
             (state / sub).mkdir(parents=True, exist_ok=True)
-        sources.write_text(f"deb {MIRROR} {suite} main\n")
+        sources.write_text(f"deb {debian_archive()} {suite} main\n")
     return [
         f"-oDir::Etc::SourceList={sources}",
         "-oDir::Etc::SourceParts=/dev/null",

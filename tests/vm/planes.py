@@ -33,8 +33,10 @@ OBJECTS = {
     "sender": "trafficgen/sender.c",
     "filter": "filter/filter.c",
     "router": "router/router.c",
-    "vtep": "vtep/vtep.c",
+    "vtep": "vtep/vtep_xdp.c",
 }
+# The VTEP's tc backend also loads the tc program's own object (compiled beside the others, so the guest finds it).
+VTEP_TC_SOURCE = "vtep/vtep_tc.c"
 # The modes each data plane is tried in on virtio-net: XDP native and generic, and the tc hook where it has one
 # (the filter at tc; the VTEP's tc backend: XDP classifies, tc replicates).
 MODES = {
@@ -66,8 +68,10 @@ FILTER_RULES = [
 
 
 def compile_objects(cache_dir: str) -> dict[str, str]:
-    """The six objects, compiled on the host as the modules compile them (bpf/build.py, one cache), once."""
+    """The six objects, compiled on the host as the modules compile them (bpf/build.py, one cache), once; and the
+    VTEP's tc object into the same cache."""
     include = [str(REPO / "bpf" / "include")]
+    bpf_build.compile_object(str(REPO / "bpf" / VTEP_TC_SOURCE), cache_dir, include)
     return {
         plane: bpf_build.compile_object(str(REPO / "bpf" / source), cache_dir, include)[0]
         for plane, source in OBJECTS.items()
@@ -349,6 +353,9 @@ class VtepPlane:
     def deploy(self, guest: Guest, mode: str) -> None:
         backend, xdp_mode = ("tc", "native") if mode == "tc" else ("xdp", mode)
         guest.vm.call("set_mtu", ifname=guest.nics[1], mtu=UPLINK_MTU)
+        # QEMU's virtio-net drops unicast to MACs the guest has not asked for (README.md): the access port must take
+        # frames for the remote hosts' MACs.
+        guest.vm.call("set_promisc", ifname=guest.nics[0], on=True)
         guest.vm.call("vtep_deploy", document=self.document(guest), mode=xdp_mode, backend=backend,
                       cache_dir=guest.cache_dir)  # fmt: skip
 
@@ -388,6 +395,7 @@ class VtepPlane:
 
     def remove(self, guest: Guest) -> None:
         guest.vm.call("remove", name="vtep")
+        guest.vm.call("set_promisc", ifname=guest.nics[0], on=False)
 
 
 SCENARIOS = {
@@ -420,6 +428,9 @@ class Round:
         for plane, result in self.planes.items():
             found += [f"{self.kernel} {plane}: {s}" for s in result.statuses() if s.startswith("failed")]
         return found
+
+
+ROUNDS: list[Round] = []  # every round of the session, for the table printed at its end
 
 
 def run_round(kernel, modes: dict[str, tuple[str, ...]], objects: dict[str, str], cache_dir: str, work: Path) -> Round:

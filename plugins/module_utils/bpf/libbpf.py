@@ -41,6 +41,9 @@ BPF_OBJ_NAME_LEN = 16
 XDP_MODE_FLAGS = {"native": XDP_FLAGS_DRV_MODE, "generic": XDP_FLAGS_SKB_MODE}
 XDP_ATTACH_MODES = {0: "none", 1: "native", 2: "generic", 3: "offload", 4: "multi"}
 
+# The binding follows libbpf 1.0's conventions (int calls return -errno, pointer calls NULL with errno set); 0.x
+# returned error pointers and, before 0.6, had another bpf_prog_load under the same name.
+LIBBPF_MIN_VERSION = (1, 0)
 VERIFIER_LOG_SIZE = 1 << 20  # the kernel keeps the log's tail when it overflows, and the tail names the error
 
 
@@ -57,6 +60,32 @@ class LibbpfError(OSError):
 
     def __str__(self) -> str:
         return str(self.strerror)
+
+
+class LibbpfUnsupported(OSError):
+    """The host's libbpf is older than the binding needs, or lacks functions it calls: nothing was called."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _mapped_path(fragment: str) -> str:
+    """The file of a shared library this process has mapped, by part of its name ('' when none is)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(maxsplit=5)[-1].strip()
+                if fragment in os.path.basename(path):
+                    return path
+    except OSError:
+        pass
+    return ""
+
+
+def _file_version(path: str) -> tuple[int, ...]:
+    """libbpf.so.0.5.0 -> (0, 5, 0); () when the name carries no version."""
+    tail = os.path.basename(path).partition(".so.")[2]
+    return tuple(int(p) for p in tail.split(".") if p.isdigit())
 
 
 class _LinkCreateOpts(ctypes.Structure):
@@ -272,9 +301,9 @@ class TestRunResult:
 class _Lib:
     """The loaded libbpf with argument and return types declared once."""
 
-    def __init__(self) -> None:
+    def __init__(self, soname: str = "libbpf.so.1") -> None:
         try:
-            self.so = ctypes.CDLL("libbpf.so.1", use_errno=True)
+            self.so = ctypes.CDLL(soname, use_errno=True)
         except OSError:  # not under its soname: wherever the linker's cache has it
             self.so = ctypes.CDLL(ctypes.util.find_library("bpf") or "libbpf.so", use_errno=True)
         self.libc = ctypes.CDLL(None, use_errno=True)
@@ -343,6 +372,8 @@ class _Lib:
             "btf__name_by_offset": (cp, [vp, u32]),
             "btf__find_by_name_kind": (i, [vp, cp, u32]),
         }
+        self.path = soname if os.sep in soname else _mapped_path("libbpf.so")
+        self._refuse_unsupported(decl)
         for name, (restype, argtypes) in decl.items():
             fn = getattr(self.so, name)
             fn.restype = restype
@@ -352,6 +383,26 @@ class _Lib:
         self.libc.vsnprintf.restype = ctypes.c_int
         self._print_buf = ctypes.create_string_buffer(16384)
         self.libbpf_set_print(self._print_cb)
+
+    def _refuse_unsupported(self, decl: dict) -> None:
+        """Raise LibbpfUnsupported, naming the version found and the one needed, before any call into a libbpf
+        older than LIBBPF_MIN_VERSION or without a function the binding calls."""
+        missing = [name for name in decl if not hasattr(self.so, name)]
+        if hasattr(self.so, "libbpf_major_version"):  # libbpf 0.6 and newer say their version
+            self.so.libbpf_major_version.restype = self.so.libbpf_minor_version.restype = ctypes.c_uint32
+            version: tuple[int, ...] = (self.so.libbpf_major_version(), self.so.libbpf_minor_version())
+        else:
+            version = _file_version(self.path)
+        if version >= LIBBPF_MIN_VERSION and not missing:
+            return
+        found = ".".join(map(str, version)) or "of unknown version"
+        needed = ".".join(map(str, LIBBPF_MIN_VERSION))
+        lacks = f"; it lacks {', '.join(missing)}" if missing else ""
+        raise LibbpfUnsupported(
+            errno.ENOSYS,
+            f"libbpf {found} ({self.path or 'libbpf.so'}) cannot be used: xdpfleet needs libbpf {needed} or newer"
+            f"{lacks}. Install libbpf1 (Debian 12 and later, Ubuntu 24.04) or libbpf (EL9); Ubuntu 22.04 ships 0.5",
+        )
 
     def _on_print(self, level: int, fmt: bytes, va_list: int) -> int:
         # libbpf passes a format and a va_list: let the C library format it. Debug chatter (level 2) is dropped.

@@ -1,12 +1,14 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 """One BPF program instance attached to a set of interfaces through pinned bpf_links: at XDP (native or generic
-mode), at tc ingress (tcx, mode "tc"), or at both (an XDP program and a tc program of the same object on every
-interface, as the VTEP's tc backend runs: XDP classifies, tc replicates).
+mode), at tc ingress (tcx, mode "tc"), or at both (an XDP program and a tc program on every interface, as the VTEP's
+tc backend runs: XDP classifies, tc replicates). Where the kernel has no tcx (before Linux 6.6) a tc program is a
+cls_bpf filter at clsact ingress instead (bpf/cls_bpf.py), at a priority the record keeps, so that a restore puts
+it back in the same order among the filters there.
 
 Layout on a host, for an instance named N:
   /sys/fs/bpf/xdpfleet/N/links/<ifname>   the bpf_link of each XDP attachment (it keeps the program attached)
-  /sys/fs/bpf/xdpfleet/N/tc-links/<ifname>  the bpf_link of each tcx ingress attachment
+  /sys/fs/bpf/xdpfleet/N/tc-links/<ifname>  the bpf_link of each tcx ingress attachment (a cls_bpf filter has none)
   /sys/fs/bpf/xdpfleet/N/maps/<map>       the object's maps, reused by the next version when compatible
   /var/lib/xdpfleet/programs/N.json       what was attached where, for teardown and restore
 
@@ -27,11 +29,12 @@ import socket
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, features, libbpf, object_needs
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import declared_enums
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf, MapLayout, set_rodata, shape
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, mounts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.netlink import NetlinkError
 
 PIN_ROOT = "/sys/fs/bpf/xdpfleet"
 STATE_DIR = "/var/lib/xdpfleet"
@@ -42,7 +45,6 @@ HOST_PATHS_ARGUMENT_SPEC = {
     "pin_root": {"type": "path", "default": PIN_ROOT},
     "state_dir": {"type": "path", "default": STATE_DIR},
 }
-BPFFS_TYPE = "bpf"
 # Map flags the kernel adds by itself, by map type: programs cannot write a devmap (DEVMAP, DEVMAP_HASH), so it
 # creates each with BPF_F_RDONLY_PROG, which the object does not declare (the kernel refuses it at creation).
 KERNEL_MAP_FLAGS = {
@@ -57,10 +59,33 @@ MODES = (*XDP_MODES, TC_MODE)
 HOOK_XDP = "xdp"
 HOOK_TC = "tc"
 PROGRAM_TYPES = {HOOK_XDP: libbpf.BPF_PROG_TYPE_XDP, HOOK_TC: libbpf.BPF_PROG_TYPE_SCHED_CLS}
+# How a tc program is attached: a tcx link (Linux 6.6), or a cls_bpf filter on a clsact qdisc where tcx is missing.
+TC_ATTACH_TCX = "tcx"
+TC_ATTACH_CLS_BPF = "cls_bpf"
+TC_ATTACH_KINDS = (TC_ATTACH_TCX, TC_ATTACH_CLS_BPF)
+# Forces how tc programs are attached whatever the kernel has, read in tc_attach_kind() only: the tests run the
+# cls_bpf fallback on kernels with tcx through it.
+TC_ATTACH_ENV = "XDPFLEET_TC_ATTACH"
+# The errors of attaching and detaching (libbpf for links, rtnetlink for cls_bpf filters).
+ATTACH_ERRORS = (libbpf.LibbpfError, NetlinkError, cls_bpf.ClsBpfError)
 
 
 def hook_of(mode: str) -> str:
     return HOOK_TC if mode == TC_MODE else HOOK_XDP
+
+
+def tc_attach_kind() -> str:
+    """How this host attaches tc programs: tcx where the kernel has it, else cls_bpf; TC_ATTACH_ENV forces one."""
+    forced = os.environ.get(TC_ATTACH_ENV)
+    if forced:
+        if forced not in TC_ATTACH_KINDS:
+            raise XdpProgramError(f"{TC_ATTACH_ENV}: {forced!r} is not one of {', '.join(TC_ATTACH_KINDS)}")
+        return forced
+    try:
+        has_tcx = features.KernelFeatures.from_host().has_attach_type("BPF_TCX_INGRESS")
+    except (features.KernelBtfMissing, features.BtfError):
+        has_tcx = False  # what the kernel offers is unknown: cls_bpf runs on every kernel
+    return TC_ATTACH_TCX if has_tcx else TC_ATTACH_CLS_BPF
 
 
 class XdpProgramError(RuntimeError):
@@ -118,9 +143,10 @@ class Running:
     tag: str
     rodata: bytes
     mode: str  # native, generic or tc; none when the link no longer runs on the interface
+    tc_filter: dict | None = None  # a cls_bpf filter (no link, link_fd -1): its recorded place (tc_filter_place())
 
     def describe(self) -> str:
-        return describe(self.prog_name, self.tag, self.mode)
+        return describe(self.prog_name, self.tag, self.mode, place=self.tc_filter)
 
 
 @dataclass
@@ -134,6 +160,7 @@ class Step:
     foreign_prog_id: int = 0
     foreign_mode: str = ""
     hook: str = HOOK_XDP
+    tc_filter: dict | None = None  # at the tc hook through cls_bpf: the filter's place (tc_filter_place())
 
     @property
     def label(self) -> str:
@@ -152,16 +179,15 @@ class Plan:
         return bool(self.new_maps) or any(s.action != "unchanged" for s in self.steps)
 
 
-def bpffs_mounted(path: str = "/sys/fs/bpf") -> bool:
-    with open("/proc/self/mounts") as mounts:
-        return any(line.split()[1] == path and line.split()[2] == BPFFS_TYPE for line in mounts)
-
-
-def bpffs_problem(path: str = "/sys/fs/bpf") -> str | None:
-    """Why pins cannot be kept (bpffs is not mounted at `path`), or None; said the same way by every module."""
-    if bpffs_mounted(path):
+def bpffs_problem(pin_root: str) -> str | None:
+    """Why pins cannot be kept under `pin_root` (no bpffs holds it), or None; said the same way by every module."""
+    if mounts.holding_type(pin_root) == mounts.BPFFS_TYPE:
         return None
-    return f"bpffs is not mounted at {path}: mount -t bpf bpf {path} (the xdpfleet.fabric.xdp_host role mounts it)"
+    where = os.path.dirname(os.path.abspath(pin_root))
+    return (
+        f"bpffs is not mounted at {where}: mount -t bpf bpf {where} (the xdpfleet.fabric.xdp_host role mounts it), "
+        f"so no pin can be made under {pin_root}"
+    )
 
 
 def ifindex_of(ifname: str) -> int:
@@ -171,9 +197,22 @@ def ifindex_of(ifname: str) -> int:
         return 0
 
 
-def describe(name: str, tag: str, mode: str, constants: dict | None = None) -> str:
+def describe(name: str, tag: str, mode: str, constants: dict | None = None, place: dict | None = None) -> str:
+    """A program as it runs; place: the cls_bpf filter it is (none: a link)."""
     knobs = ", ".join(f"{k}={v}" for k, v in sorted((constants or {}).items()))
-    return f"{name} tag {tag} {mode}" + (f" ({knobs})" if knobs else "")
+    where = f" (cls_bpf priority {place['priority']})" if place else ""
+    return f"{name} tag {tag} {mode}{where}" + (f" ({knobs})" if knobs else "")
+
+
+def tc_filter_place(priority: int, handle: int, clsact_created: bool) -> dict:
+    """Where an instance's cls_bpf filter sits on an interface, as its record keeps it: the priority and handle
+    (restore puts it back there, so the filters keep their order), and whether the instance created the clsact
+    qdisc (teardown removes it when it leaves it empty)."""
+    return {"priority": priority, "handle": handle, "clsact_created": clsact_created}
+
+
+def recorded_tc_filter(record: dict, ifname: str) -> dict | None:
+    return ((record.get("interfaces") or {}).get(ifname) or {}).get("tc_filter")
 
 
 def read_rodata(prog_fd: int) -> bytes:
@@ -192,14 +231,17 @@ def read_rodata(prog_fd: int) -> bytes:
     return b""
 
 
-def read_running(paths: InstancePaths, ifname: str, hook: str = HOOK_XDP) -> Running | None:
-    """Open our pinned link for an interface at a hook; None when there is none."""
+def read_running(paths: InstancePaths, ifname: str, hook: str = HOOK_XDP, record: dict | None = None) -> Running | None:
+    """Open our pinned link for an interface at a hook, or at tc our cls_bpf filter where the record (default: the
+    state file's) places one; None when there is neither."""
     try:
         link_fd = libbpf.obj_get(paths.link_pin(ifname, hook))
     except libbpf.LibbpfError as exc:
-        if exc.errno == errno.ENOENT:
+        if exc.errno != errno.ENOENT:
+            raise
+        if hook != HOOK_TC:
             return None
-        raise
+        return read_filter(paths, ifname, load_state(paths) if record is None else record)
     link = libbpf.link_info(link_fd)
     mode = "none"
     if link.ifindex and hook == HOOK_TC:
@@ -220,6 +262,45 @@ def read_running(paths: InstancePaths, ifname: str, hook: str = HOOK_XDP) -> Run
         tag=info.tag,
         rodata=read_rodata(prog_fd),
         mode=mode,
+    )
+
+
+def read_filter(paths: InstancePaths, ifname: str, record: dict) -> Running | None:
+    """Our cls_bpf filter on an interface: at the place the record names, with our name; None when it is not there
+    (a filter of another name there is not ours)."""
+    place = recorded_tc_filter(record, ifname)
+    ifindex = ifindex_of(ifname)
+    if not place or not ifindex:
+        return None
+    try:
+        found = cls_bpf.filters(ifindex)
+    except NetlinkError as exc:
+        raise XdpProgramError(f"{ifname}: reading its tc filters: {exc}") from exc
+    ours = next(
+        (
+            f
+            for f in found
+            if (f.priority, f.handle) == (place["priority"], place["handle"])
+            and f.name == cls_bpf.owner_name(paths.name)
+        ),
+        None,
+    )
+    if ours is None:
+        return None
+    prog_fd = libbpf.prog_fd_by_id(ours.prog_id)
+    info = libbpf.prog_info(prog_fd)
+    return Running(
+        ifname=ifname,
+        link_fd=-1,
+        link_id=0,
+        ifindex=ifindex,
+        prog_id=ours.prog_id,
+        prog_fd=prog_fd,
+        prog_name=info.name,
+        tag=info.tag,
+        rodata=read_rodata(prog_fd),
+        mode=TC_MODE,
+        tc_filter=place,
     )
 
 
@@ -299,11 +380,13 @@ def recording(paths: InstancePaths, record: dict, check_mode: bool):
         raise
 
 
-def compatible(pinned: libbpf.MapInfo, pinned_btf: Btf | None, wanted: libbpf.ObjectMap, wanted_btf: Btf) -> bool:
-    """Whether the new object can use a pinned map as it is: same kind and sizes and, where both carry BTF, keys and
-    values of the same shape, and the same numbers for the enums their data planes declare (bpf/abi.py). A struct
-    whose fields moved but whose size did not is a new map, not a misread one; so are counters indexed by a drop
-    reason whose number changed."""
+def compatible(
+    pinned: libbpf.MapInfo | libbpf.ObjectMap, pinned_btf: Btf | None, wanted: libbpf.ObjectMap, wanted_btf: Btf
+) -> bool:
+    """Whether the new object can use a pinned map (or another object's) as it is: same kind and sizes and, where both
+    carry BTF, keys and values of the same shape, and the same numbers for the enums their data planes declare
+    (bpf/abi.py). A struct whose fields moved but whose size did not is a new map, not a misread one; so are counters
+    indexed by a drop reason whose number changed."""
     pinned_flags = pinned.map_flags & ~KERNEL_MAP_FLAGS.get(pinned.type, 0)
     sizes = (pinned.type, pinned.key_size, pinned.value_size, pinned.max_entries, pinned_flags) == (
         wanted.type,
@@ -338,29 +421,43 @@ class Instance:
         layouts: tuple[MapLayout, ...] = (),
         map_sizes: dict[str, int] | None = None,
         tc_program: str | None = None,
+        tc_object_path: str | None = None,
     ):
-        """mode: native or generic XDP, or tc (tcx ingress) for `program`. tc_program: a second program of the object
-        attached at tc ingress of the same interfaces (with an XDP mode only). map_sizes: max_entries of maps sized per
-        instance; a pinned map of another size is replaced."""
+        """mode: native or generic XDP, or tc (tc ingress: tcx, or cls_bpf without it) for `program`. tc_program: a
+        second program attached at tc ingress of the same interfaces (with an XDP mode only), of the object, or of
+        tc_object_path's object, which is loaded on the first object's maps (the VTEP's TC backend: its tc program
+        needs what XDP does not). map_sizes: max_entries of maps sized per instance; a pinned map of another size is
+        replaced."""
         if tc_program and mode == TC_MODE:
             raise ValueError("tc_program: the instance's program already runs at tc (mode tc)")
+        if tc_object_path and not tc_program:
+            raise ValueError("tc_object_path: name the tc_program to take from it")
         self.paths = paths
         self.mode = mode
         self.constants = constants
         self.obj = libbpf.BpfObject(object_path)
+        self.tc_obj: libbpf.BpfObject | None = None
         self.running: list[Running] = []
+        self.tc_attach = ""  # how the tc program is attached (TC_ATTACH_KINDS): plan() decides
+        self.tc_filters: dict[str, dict] = {}  # interface -> its cls_bpf filter's place (tc_filter_place()): plan()
+        self.record: dict = {}  # the state file as plan() found it
         try:
+            if tc_object_path:
+                self.tc_obj = libbpf.BpfObject(tc_object_path)
             for layout in layouts:  # before load: a C struct that Python does not follow never gets written
                 layout.check_object(self.obj)
             self.program = self.obj.program(program)
             self.programs = {hook_of(mode): self.program}
             if tc_program:
-                self.programs[HOOK_TC] = self.obj.program(tc_program)
+                self.programs[HOOK_TC] = (self.tc_obj or self.obj).program(tc_program)
             self.rodata = set_rodata(self.obj, constants)
             for name, size in (map_sizes or {}).items():
                 self.obj.map(name).set_max_entries(size)
             self.new_maps = self._reuse_pinned_maps()
             self.obj.load()  # verifier errors surface here, before any interface is touched
+            if self.tc_obj:
+                self._share_maps(self.tc_obj)
+                self.tc_obj.load()
             self.infos = {hook: p.info() for hook, p in self.programs.items()}
             self.info = self.infos[hook_of(mode)]
             for hook, info in self.infos.items():
@@ -374,6 +471,19 @@ class Instance:
     @property
     def tc_program(self) -> libbpf.Program | None:
         return self.programs.get(HOOK_TC) if self.mode != TC_MODE else None
+
+    def _share_maps(self, other: libbpf.BpfObject) -> None:
+        """Make `other` run on this instance's (loaded) maps; each of its maps must be one of them, declared alike."""
+        own_btf, other_btf = Btf(self.obj.btf), Btf(other.btf)
+        for name, m in other.maps.items():
+            if m.internal:
+                continue
+            mine = self.obj.maps.get(name)
+            if mine is not None:
+                m.set_max_entries(mine.max_entries)  # sized per instance (map_sizes) like its twin
+            if mine is None or not compatible(mine, own_btf, m, other_btf):
+                raise ValueError(f"{other.path}: map {name} is not declared as in {self.obj.path}")
+            m.reuse_fd(mine.fd)
 
     def _reuse_pinned_maps(self) -> list[str]:
         """Point the object at the instance's pinned maps where they fit; return the maps it must create."""
@@ -406,13 +516,16 @@ class Instance:
                 btf.close()
         return created
 
-    def describe(self, hook: str | None = None) -> str:
+    def describe(self, hook: str | None = None, place: dict | None = None) -> str:
         hook = hook or hook_of(self.mode)
         info = self.infos[hook]
-        return describe(info.name, info.tag, TC_MODE if hook == HOOK_TC else self.mode, self.constants)
+        return describe(info.name, info.tag, TC_MODE if hook == HOOK_TC else self.mode, self.constants, place)
 
     def plan(self, interfaces: list[str], replace_foreign: bool) -> Plan:
+        """What to do on every interface; also decides where each cls_bpf filter goes (tc_filters, for the record)."""
         plan = Plan(new_maps=self.new_maps if os.path.isdir(self.paths.pin_dir) else [])
+        self.tc_attach = tc_attach_kind() if HOOK_TC in self.programs else ""
+        self.record = load_state(self.paths)
         # tc first: an XDP program that hands frames on to the tc one (the VTEP's tc backend) must find it there.
         hooks = sorted(self.programs, key=lambda hook: hook != HOOK_TC)
         wanted = [(ifname, hook) for hook in hooks for ifname in interfaces]
@@ -420,7 +533,7 @@ class Instance:
             plan.steps.append(self._step(ifname, hook, plan, replace_foreign))
         for ifname, hook in recorded_attachments(self.paths):
             if (ifname, hook) not in wanted:
-                running = read_running(self.paths, ifname, hook)
+                running = read_running(self.paths, ifname, hook, self.record)
                 if running:
                     self.running.append(running)
                 before = running.describe() if running else "stale pin"
@@ -429,21 +542,25 @@ class Instance:
 
     def _step(self, ifname: str, hook: str, plan: Plan, replace_foreign: bool) -> Step:
         step = Step(ifname=ifname, action="attach", ifindex=ifindex_of(ifname), after=self.describe(hook), hook=hook)
-        running = read_running(self.paths, ifname, hook)
+        running = read_running(self.paths, ifname, hook, self.record)
         if running:
             self.running.append(running)
             step.running = running
             step.before = running.describe()
+        if hook == HOOK_TC and self.tc_attach == TC_ATTACH_CLS_BPF:
+            step.tc_filter = self._filter_place(ifname, step.ifindex, running)
+            self.tc_filters[ifname] = step.tc_filter
+            step.after = self.describe(hook, step.tc_filter)
         mode = TC_MODE if hook == HOOK_TC else self.mode
         if running and running.ifindex == step.ifindex and running.mode != "none":
             same_program = running.tag == self.infos[hook].tag and running.rodata == self.rodata and not plan.new_maps
-            if running.mode != mode:
+            if running.mode != mode or bool(running.tc_filter) != bool(step.tc_filter):
                 step.action = "reattach"
             else:
                 step.action = "unchanged" if same_program else "replace"
             return step
         if hook == HOOK_TC:
-            return step  # tcx runs several programs on an interface: another one's is no obstacle
+            return step  # tc runs several programs on an interface: another one's is no obstacle
         state = libbpf.xdp_query(step.ifindex)
         if state.prog_id:
             if not replace_foreign:
@@ -464,8 +581,32 @@ class Instance:
             step.before = f"foreign program id {state.prog_id} {state.mode}"
         return step
 
+    def _filter_place(self, ifname: str, ifindex: int, running: Running | None) -> dict:
+        """Where the interface's cls_bpf filter goes: where it is; else where the record puts it (a restore keeps
+        the order of the filters); else after every filter there (as tcx appends). A place another filter holds is
+        refused: a filter that is not ours is never replaced."""
+        if running and running.tc_filter:
+            return running.tc_filter
+        recorded = recorded_tc_filter(self.record, ifname)
+        try:
+            present = cls_bpf.filters(ifindex)
+            clsact_missing = not cls_bpf.has_clsact(ifindex)
+            if not recorded:
+                return tc_filter_place(cls_bpf.priority_after(present), cls_bpf.HANDLE, clsact_missing)
+        except (NetlinkError, cls_bpf.ClsBpfError) as exc:
+            raise XdpProgramError(f"interfaces: {ifname}: tc ingress: {exc}") from exc
+        taken = next((f for f in present if (f.priority, f.handle) == (recorded["priority"], recorded["handle"])), None)
+        if taken:
+            raise XdpProgramError(
+                f"interfaces: {ifname}: the place of this instance's tc filter (priority {recorded['priority']}, "
+                f"handle {recorded['handle']:#x}) holds a {taken.describe()} that it did not attach; remove that "
+                "filter or this instance (state=absent) first"
+            )
+        return tc_filter_place(recorded["priority"], recorded["handle"], recorded["clsact_created"] or clsact_missing)
+
     def apply(self, plan: Plan) -> None:
-        """Make-before-break: attach or replace every interface, then swap map pins, then detach the rest."""
+        """Make-before-break: attach or replace every interface, then swap map pins, then detach the rest (and what
+        a tc attachment that changed its kind ran before)."""
         files.make_private_dirs(self.paths.links_dir)
         if HOOK_TC in self.programs:
             files.make_private_dirs(self.paths.tc_links_dir)
@@ -476,7 +617,7 @@ class Instance:
                 if step.action in ("unchanged", "detach"):
                     continue
                 done.append((step, self._apply_step(step)))
-        except libbpf.LibbpfError as exc:
+        except ATTACH_ERRORS as exc:
             rollback_errors = self._rollback(done)
             detail = f"; rolling back also failed: {'; '.join(rollback_errors)}" if rollback_errors else ""
             raise XdpProgramError(
@@ -495,10 +636,10 @@ class Instance:
             if not os.path.exists(pin_path):
                 m.pin(pin_path)
         for step in plan.steps:
-            if step.action == "detach":
-                detach_link(self.paths, step.ifname, step.running, step.hook)
+            if step.action == "detach" or (step.action == "reattach" and step.hook == HOOK_TC):
+                detach(self.paths, step.ifname, step.running, step.hook)
         if os.path.isdir(self.paths.tc_links_dir) and not os.listdir(self.paths.tc_links_dir):
-            os.rmdir(self.paths.tc_links_dir)  # an instance that moved off tc leaves no empty directory
+            os.rmdir(self.paths.tc_links_dir)  # off tc (or onto cls_bpf): no empty directory left
 
     def running_prog_id(self, plan: Plan) -> int:
         """Id of the program the interfaces run once the plan is applied (the loaded one is discarded if unchanged)."""
@@ -516,17 +657,32 @@ class Instance:
         """Returns the new link fd where one was made (for rollback)."""
         pin_path = self.paths.link_pin(step.ifname, step.hook)
         prog_fd = self.programs[step.hook].fd
+        if step.tc_filter:
+            # A filter replaced in place swaps its program atomically; a new one (attach, or a move from a tcx link,
+            # which goes once every step is done) is added beside what runs.
+            name = cls_bpf.owner_name(self.paths.name)
+            added_clsact = step.action != "replace" and not cls_bpf.has_clsact(step.ifindex)
+            if added_clsact:
+                cls_bpf.add_clsact(step.ifindex)
+            try:
+                priority, handle = step.tc_filter["priority"], step.tc_filter["handle"]
+                cls_bpf.attach(step.ifindex, prog_fd, priority, name, handle=handle, replace=step.action == "replace")
+            except NetlinkError:
+                if added_clsact:
+                    cls_bpf.delete_clsact(step.ifindex)
+                raise
+            return None
         if step.action == "replace":
             libbpf.link_update(step.running.link_fd, prog_fd, old_prog_fd=step.running.prog_fd)
             return None
-        if step.action == "reattach":
+        if step.action == "reattach" and step.hook == HOOK_XDP:
             # Native and generic XDP cannot be active at once on a device: a mode change has a short gap.
             libbpf.link_detach(step.running.link_fd)
             libbpf.unpin(pin_path)
         if step.action == "takeover":
             libbpf.xdp_detach_netlink(step.ifindex, step.foreign_mode)
-        if step.running and os.path.exists(pin_path):  # a stale link whose interface went away
-            libbpf.unpin(pin_path)
+        if step.running and not step.running.tc_filter and os.path.exists(pin_path):
+            libbpf.unpin(pin_path)  # a stale link whose interface went away
         link_fd = self._link_create(step.hook, step.ifindex, prog_fd, self.mode)
         try:
             libbpf.pin(link_fd, pin_path)
@@ -541,13 +697,21 @@ class Instance:
         for step, link_fd in reversed(done):
             pin_path = self.paths.link_pin(step.ifname, step.hook)
             try:
+                if step.tc_filter and step.action == "replace":
+                    priority, handle = step.tc_filter["priority"], step.tc_filter["handle"]
+                    name = cls_bpf.owner_name(self.paths.name)
+                    cls_bpf.attach(step.ifindex, step.running.prog_fd, priority, name, handle=handle, replace=True)
+                    continue
+                if step.tc_filter:
+                    remove_filter(step.ifindex, step.tc_filter)
+                    continue
                 if step.action == "replace":
                     libbpf.link_update(step.running.link_fd, step.running.prog_fd)
                     continue
                 libbpf.link_detach(link_fd)
                 libbpf.unpin(pin_path)
                 os.close(link_fd)
-                if step.action == "reattach":
+                if step.action == "reattach" and step.hook == HOOK_XDP:
                     old = self._link_create(step.hook, step.ifindex, step.running.prog_fd, step.running.mode)
                     libbpf.pin(old, pin_path)
                     os.close(old)
@@ -555,15 +719,17 @@ class Instance:
                     foreign = libbpf.prog_fd_by_id(step.foreign_prog_id)
                     libbpf.xdp_attach_netlink(step.ifindex, foreign, step.foreign_mode)
                     os.close(foreign)
-            except (libbpf.LibbpfError, OSError) as exc:
+            except (*ATTACH_ERRORS, OSError) as exc:
                 errors.append(f"{step.label}: {exc}")
         return errors
 
     def close(self) -> None:
         for r in self.running:
-            os.close(r.link_fd)
+            libbpf.close_fd(r.link_fd)
             os.close(r.prog_fd)
         self.running = []
+        if self.tc_obj:
+            self.tc_obj.close()
         self.obj.close()
 
     def __enter__(self) -> Instance:
@@ -585,16 +751,41 @@ def compiled_instance(
     build_dir: str | None = None,
     map_sizes: dict[str, int] | None = None,
     tc_program: str | None = None,
+    tc_source: str | None = None,
 ) -> tuple[str, Instance]:
     """A data plane's source compiled (through the cache; into build_dir on a miss in check mode) and loaded as the
     instance's desired state: the start of every data plane's deploy. Returns the object's path and the Instance.
+    tc_source: the source of tc_program when it has an object of its own (Instance's tc_object_path).
     Raises XdpProgramError with the compiler's or the verifier's message; nothing on the host changed."""
     try:
         object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
-        instance = Instance(paths, object_path, program, mode, {}, layouts, map_sizes, tc_program)
+        tc_object_path = None
+        if tc_source:
+            tc_object_path, _built = bpf_build.compile_object(tc_source, cache_dir, include_dirs, build_dir=build_dir)
+        instance = Instance(paths, object_path, program, mode, {}, layouts, map_sizes, tc_program, tc_object_path)
     except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
         raise XdpProgramError(str(exc)) from exc
     return object_path, instance
+
+
+def remove_filter(ifindex: int, place: dict) -> None:
+    """Remove our cls_bpf filter at its place, and the clsact qdisc with it when the instance created that and no
+    filter is left on it (at ingress or egress)."""
+    cls_bpf.detach(ifindex, place["priority"], place["handle"])
+    if place["clsact_created"] and not any(cls_bpf.filters(ifindex, hook) for hook in cls_bpf.HOOK_PARENTS):
+        cls_bpf.delete_clsact(ifindex)
+
+
+def detach(paths: InstancePaths, ifname: str, running: Running | None, hook: str = HOOK_XDP) -> None:
+    """Take away what `running` is: our cls_bpf filter, or our link (and its pin, also when it is stale)."""
+    if running and running.tc_filter:
+        try:
+            remove_filter(running.ifindex, running.tc_filter)
+        except NetlinkError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENODEV):  # gone already, with its interface
+                raise
+        return
+    detach_link(paths, ifname, running, hook)
 
 
 def detach_link(paths: InstancePaths, ifname: str, running: Running | None, hook: str = HOOK_XDP) -> None:
@@ -614,7 +805,7 @@ def state_record(
 ) -> dict:
     """What restore needs to bring the instance back (program is the C function, as the object names it; build holds
     the include_dirs and defines the source was compiled with, for when the cached object is gone; tc_program the
-    program an XDP instance also runs at tc ingress)."""
+    program an XDP instance also runs at tc ingress, tc_object its object when it has one of its own)."""
     main_hook = hook_of(instance.mode)
     record = {
         "name": instance.paths.name,
@@ -625,20 +816,31 @@ def state_record(
         "source": source,
         "object": object_path,
         "build": build or {},
-        "interfaces": {
-            ifname: {
-                "ifindex": ifindex_of(ifname),
-                "link_pin": instance.paths.link_pin(ifname, main_hook),
-                **({"tc_link_pin": instance.paths.link_pin(ifname, HOOK_TC)} if instance.tc_program else {}),
-            }
-            for ifname in interfaces
-        },
+        "interfaces": {ifname: attachment_record(instance, ifname, main_hook) for ifname in interfaces},
         "maps": {name: instance.paths.map_pin(name) for name, m in instance.obj.maps.items() if not m.internal},
         "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     if instance.tc_program:
         record["tc_program"] = instance.tc_program.name
+    if instance.tc_obj:
+        record["tc_object"] = instance.tc_obj.path
     return record
+
+
+def attachment_record(instance: Instance, ifname: str, main_hook: str) -> dict:
+    """An interface's part of the record: its link pins, or for a tc program attached through cls_bpf the filter's
+    place instead of the tc link pin."""
+    entry: dict = {"ifindex": ifindex_of(ifname)}
+    place = instance.tc_filters.get(ifname)
+    if main_hook == HOOK_XDP:
+        entry["link_pin"] = instance.paths.link_pin(ifname, HOOK_XDP)
+    if (main_hook == HOOK_TC or instance.tc_program) and place:
+        entry["tc_filter"] = place
+    elif main_hook == HOOK_TC:
+        entry["link_pin"] = instance.paths.link_pin(ifname, HOOK_TC)
+    elif instance.tc_program:
+        entry["tc_link_pin"] = instance.paths.link_pin(ifname, HOOK_TC)
+    return entry
 
 
 @dataclass
@@ -690,6 +892,23 @@ def record_step(state_file: str) -> str:
     return f"record what runs in {state_file} (it recorded something else)"
 
 
+def kernel_problems(object_path: str, mode: str, tc_program: str | None = None) -> list[str]:
+    """What the running kernel lacks to load the object (the helpers, kfuncs and map types it uses, read from it)
+    and to attach it in `mode` (and at tc, with tc_program): one sentence per missing feature (bpf/features.py)."""
+    hooks = (hook_of(mode), *((HOOK_TC,) if tc_program else ()))
+    variant = f"mode {mode}" + (f", tc_program {tc_program}" if tc_program else "")
+    try:
+        found = object_needs.scan(object_path)
+    except object_needs.ObjectError as exc:
+        raise XdpProgramError(f"object: {exc}") from None
+    try:
+        kernel = features.KernelFeatures.from_host()
+    except (features.KernelBtfMissing, features.BtfError) as exc:
+        return [f"kernel: {exc}"]
+    needs = object_needs.needs_of_object(found, f"object {os.path.basename(object_path)}", {variant: hooks}, kernel)
+    return needs.problems(kernel, variant)
+
+
 def converge(
     paths: InstancePaths,
     object_path: str,
@@ -708,6 +927,9 @@ def converge(
     """Load the object, plan, and (unless check_mode) apply and record: the whole present path of an instance, shared
     by the modules that keep one and by restore. Raises XdpProgramError with a message for the user."""
     check_trusted_paths(paths, object_path)
+    problems = kernel_problems(object_path, mode, tc_program)
+    if problems:
+        raise XdpProgramError(f"this kernel cannot run {object_path}, nothing was changed: {'; '.join(problems)}")
     try:
         instance = Instance(paths, object_path, program, mode, constants, layouts, tc_program=tc_program)
     except (libbpf.LibbpfError, ValueError) as exc:
@@ -720,7 +942,7 @@ def converge(
             if plan.changed and not check_mode:
                 try:
                     instance.apply(plan)  # a failed attach is rolled back (XdpProgramError), and the record with it
-                except libbpf.LibbpfError as exc:  # a map pin or detach: the new program runs, its record stays
+                except ATTACH_ERRORS as exc:  # a map pin or detach: the new program runs, its record stays
                     unfinished = exc
         if unfinished:
             raise XdpProgramError(f"{paths.name}: {unfinished}") from unfinished
@@ -738,12 +960,13 @@ def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> C
     removed = Changes(f"{label} {paths.name}")
     check_trusted_paths(paths)
     attachments = recorded_attachments(paths)
+    record = load_state(paths)  # where its cls_bpf filters are: only the record says
     had_record = os.path.exists(paths.state_file)
     if had_record and not check_mode:
         # The record goes first: a removal cut short must not come back at the next boot's restore.
         files.remove_durably(paths.state_file)
     for ifname, hook in attachments:
-        running = read_running(paths, ifname, hook)
+        running = read_running(paths, ifname, hook, record)
         label = Step(ifname, "detach", hook=hook).label
         if running:
             removed.add(f"{label}: detach {running.describe()}", key=label, before=f"{label}: {running.describe()}")
@@ -751,10 +974,10 @@ def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> C
             removed.add(f"{label}: remove stale pin", key=label, before=f"{label}: stale pin")
         try:
             if not check_mode:
-                detach_link(paths, ifname, running, hook)
+                detach(paths, ifname, running, hook)
         finally:
             if running:
-                os.close(running.link_fd)
+                libbpf.close_fd(running.link_fd)
                 os.close(running.prog_fd)
     if os.path.isdir(paths.maps_dir):
         for name in sorted(os.listdir(paths.maps_dir)):

@@ -24,9 +24,8 @@ import stat
 import subprocess
 from dataclasses import dataclass, field
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, mounts
 
-MOUNTINFO = "/proc/self/mountinfo"
 # The files the last run installed, one relative path a line, in the destination (and installed like them).
 MANIFEST = ".xdpfleet-sources"
 # What files.replace_durably leaves behind when killed: ".<name>." and mkstemp's 8 random characters.
@@ -106,20 +105,6 @@ def check_mode_bits(field_name: str, mode: int) -> None:
         )
 
 
-def mounted_type(path: str, mountinfo: str = MOUNTINFO) -> str | None:
-    """The file system type mounted at `path` (the topmost mount there), or None when nothing is mounted there."""
-    target = os.path.realpath(path)
-    found = None
-    with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
-        for line in f:
-            fields = line.split()
-            # id parent major:minor root mount-point options [optional fields...] - type source super-options
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-            if point == target:
-                found = fields[fields.index("-", 6) + 1]
-    return found
-
-
 def _digest(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()[:16]
 
@@ -181,7 +166,7 @@ def plan(
     installing = dict(wanted)
     installing[MANIFEST] = "".join(f"{path}\n" for path in sorted(wanted)).encode()
     result = Plan(dest, installing, file_mode, dir_mode, (os.geteuid(), os.getegid()))
-    if bpffs and mounted_type(bpffs) != "bpf":
+    if bpffs and mounts.mounted_type(bpffs) != mounts.BPFFS_TYPE:
         result.bpffs = bpffs
         result.before.append(f"{bpffs}: bpffs not mounted")
         result.after.append(f"{bpffs}: bpffs mounted")

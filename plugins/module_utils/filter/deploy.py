@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import LayoutMismatch
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import layouts, rules, writer
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import layouts, needs, rules, writer
 
 FILTER_SOURCE = "/var/lib/xdpfleet/src/filter/filter.c"
 FILTER_INCLUDE_DIRS = ["/var/lib/xdpfleet/src/include"]
@@ -90,7 +90,11 @@ def deploy(
     except rules.RulesError as exc:
         raise FilterError(str(exc), exc.problems) from exc
     xp_mode = attach_mode(hook, mode, allow_generic)
-    if (no_bpffs := xp.bpffs_problem()):
+    try:
+        features.require(needs.NEEDS, needs.variant(hook))
+    except features.MissingFeatures as exc:
+        raise FilterError(f"this kernel cannot run the filter, nothing was changed: {exc}", exc.problems) from exc
+    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
         raise FilterError(no_bpffs)
     try:
         xp.check_trusted_paths(paths)
@@ -123,7 +127,7 @@ def deploy(
                         except BaseException:
                             writer.rollback(maps, update)
                             raise
-        except (libbpf.LibbpfError, xp.XdpProgramError) as exc:
+        except (*xp.ATTACH_ERRORS, xp.XdpProgramError) as exc:
             raise FilterError(f"applying the filter failed, previous state restored: {exc}") from exc
         changes = Changes(header)
         changes.extend(update.changes)

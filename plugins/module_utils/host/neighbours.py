@@ -7,15 +7,12 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ansible.module_utils.basic import missing_required_lib
 
-try:
+if TYPE_CHECKING:
     from pyroute2 import IPRoute
-
-    HAS_PYROUTE2 = True
-except ImportError:  # resolve() reports it; only hosts that resolve next hops need pyroute2
-    HAS_PYROUTE2 = False
 
 NUD_REACHABLE = 0x02
 NUD_PERMANENT = 0x80
@@ -40,6 +37,17 @@ class NextHop:
     address: str  # the next hop: the route's gateway, or the address itself on a link
     mac: str | None  # the neighbour entry's MAC when its state is usable (USABLE_STATES)
     state: int  # the neighbour entry's NUD state (0: no entry)
+
+
+def ip_route(missing: Exception) -> IPRoute:
+    """A pyroute2 IPRoute socket, or `missing` raised where pyroute2 is not installed. Imported here, not with this
+    module: pyroute2's import costs more than the rest of a trafficgen task that resolves no MAC (0.2 s on a host,
+    seconds on a slow one), and only hosts that resolve next hops need it."""
+    try:
+        from pyroute2 import IPRoute
+    except ImportError:
+        raise missing from None
+    return IPRoute()
 
 
 def _attr(msg, name):
@@ -89,9 +97,7 @@ def confirm(ipr: IPRoute, hop: NextHop) -> None:
 def resolve(address: str, ifindex: int, timeout: float) -> str:
     """The MAC of the next hop towards `address`, which must leave through `ifindex`; asks the kernel to resolve
     it (one UDP datagram to the discard port) when the neighbour table does not have it yet."""
-    if not HAS_PYROUTE2:
-        raise NeighbourError(missing_required_lib("pyroute2"))
-    with IPRoute() as ipr:
+    with ip_route(NeighbourError(missing_required_lib("pyroute2"))) as ipr:
         oif, hop = next_hop(ipr, address)
         if oif != ifindex:
             name = socket.if_indextoname(oif) if oif else "nowhere"

@@ -17,6 +17,8 @@ import os
 import socket
 import struct
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.netlink import nl_attr, nl_attrs
+
 SYSFS_NET = "/sys/class/net"
 
 SIOCETHTOOL = 0x8946
@@ -161,37 +163,8 @@ def count_queues(entries: list[str]) -> dict:
     }
 
 
-def parse_mounts(text: str) -> dict[str, str]:
-    """Mount point -> filesystem type from /proc/self/mounts; a later mount over the same point wins."""
-    mounts: dict[str, str] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) >= 3:
-            point = fields[1].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
-            mounts[point] = fields[2]
-    return mounts
-
-
 def xdp_feature_names(mask: int) -> list[str]:
     return [name for bit, name in XDP_FEATURE_NAMES if mask & bit]
-
-
-def nl_attrs(raw: bytes) -> dict[int, bytes]:
-    """Parse netlink attributes (type -> payload); nested and byte-order flags are masked off the type."""
-    attrs: dict[int, bytes] = {}
-    off = 0
-    while off + 4 <= len(raw):
-        length, atype = struct.unpack_from("=HH", raw, off)
-        if length < 4:
-            break
-        attrs[atype & 0x3FFF] = raw[off + 4 : off + length]
-        off += (length + 3) & ~3
-    return attrs
-
-
-def nl_attr(atype: int, payload: bytes) -> bytes:
-    length = 4 + len(payload)
-    return struct.pack("=HH", length, atype) + payload + b"\0" * (((length + 3) & ~3) - length)
 
 
 # ---- sysfs -------------------------------------------------------------------------------------------------

@@ -25,11 +25,13 @@ import re
 import struct
 import time
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import mounts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 
 XDP_DROP, XDP_PASS, XDP_TX = 1, 2, 3
 PROBE_ETHERTYPE = 0x88B5  # IEEE 802 local experimental ethertype 1: no protocol handler anywhere takes it
-LIVE_FRAMES_MIN_KERNEL = (5, 18)
+LIVE_FRAMES = features.feature("flag", "BPF_F_TEST_XDP_LIVE_FRAMES")
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 BPFFS = "/sys/fs/bpf"
 DOWN_STATES = ("down", "lowerlayerdown", "notpresent")
@@ -152,17 +154,28 @@ def judge_tx(deltas_sysfs: dict, deltas_ethtool: dict, has_xdp_tx_counters: bool
     return None, {}
 
 
+def live_frames_in_kernel() -> tuple[bool | None, str | None]:
+    """Whether the running kernel has live frames, judged by its BTF as every module judges a feature (backports
+    count, the version number does not), and the problem to report when it has not or its BTF cannot be read. None
+    without BTF: what the kernel has is unknown (the host's problems say the BTF is missing)."""
+    try:
+        kernel = features.KernelFeatures.from_host()
+    except features.KernelBtfMissing:
+        return None, None
+    except features.BtfError as exc:
+        return None, f"kernel: live frames cannot be judged: {exc}"
+    if LIVE_FRAMES.present(kernel):
+        return True, None
+    return False, f"kernel: live frames need {LIVE_FRAMES.describe()}; {LIVE_FRAMES.absence()}"
+
+
 # ---- host facts --------------------------------------------------------------------------------------------
 
 
 def host_facts() -> dict:
     uname = platform.uname()
     release = uname.release
-    try:
-        with open("/proc/self/mounts") as f:
-            mounts = netdev.parse_mounts(f.read())
-    except OSError:
-        mounts = {}
+    bpffs_type = mounts.mounted_type(BPFFS)
     return {
         "kernel": {
             "release": release,
@@ -170,7 +183,7 @@ def host_facts() -> dict:
             "version_tuple": list(parse_kernel_release(release)),
         },
         "kernel_btf": os.path.exists(KERNEL_BTF),
-        "bpffs": {"path": BPFFS, "mounted": mounts.get(BPFFS) == "bpf", "fstype": mounts.get(BPFFS)},
+        "bpffs": {"path": BPFFS, "mounted": bpffs_type == mounts.BPFFS_TYPE, "fstype": bpffs_type},
     }
 
 
@@ -237,17 +250,15 @@ class Probe:
             )
         if not facts["bpffs"]["mounted"]:
             self.problem(f"bpffs not mounted at {BPFFS}: mount -t bpf bpf {BPFFS} (pinned maps and links need it)")
-        facts["live_frames"] = self.live_frames_support(tuple(facts["kernel"]["version_tuple"]), facts["kernel"])
+        facts["live_frames"] = self.live_frames_support()
         return facts
 
-    def live_frames_support(self, version: tuple, kernel: dict) -> dict:
-        """Kernel version, then one real BPF_PROG_RUN in live-frames mode with a DROP program (nothing is sent)."""
-        kernel_ok = version >= LIVE_FRAMES_MIN_KERNEL
+    def live_frames_support(self) -> dict:
+        """The kernel's BTF, then one real BPF_PROG_RUN in live-frames mode with a DROP program (nothing is sent)."""
+        kernel_ok, kernel_problem = live_frames_in_kernel()
         out = {"supported": False, "kernel_ok": kernel_ok, "ok": None, "error": None}
-        if not kernel_ok:
-            self.problem(
-                f"kernel 5.18 or newer needed for live frames (BPF_F_TEST_XDP_LIVE_FRAMES); this is {kernel['release']}"
-            )
+        if kernel_problem:
+            self.problem(kernel_problem)
         if self.libbpf is None:
             out["error"] = self.libbpf_error
             return out
@@ -258,7 +269,7 @@ class Probe:
             out.update(ok=True, supported=True)
         except OSError as exc:
             out.update(ok=False, error=_err(exc))
-            if kernel_ok:
+            if kernel_ok is not False:  # a kernel without them fails as expected: its problem is said above
                 hint = ""
                 if exc.errno == errno.EPERM:
                     hint = ": run as root (CAP_BPF and CAP_NET_ADMIN)"
@@ -346,7 +357,8 @@ class Probe:
     def live_frames_test(self, name: str, facts: dict, live: dict) -> dict:
         """Send ONE frame out of `name` with XDP_TX in live-frames mode and watch the interface's counters."""
         if not live.get("supported"):
-            return result(False, f"live frames unsupported on this host: {live.get('error') or 'kernel too old'}")
+            reason = live.get("error") or "the kernel's BTF shows no live frames"
+            return result(False, f"live frames unsupported on this host: {reason}")
         if facts.get("operstate") in DOWN_STATES:
             self.problem(f"{name}: interface is {facts['operstate']}: bring it up (ip link set {name} up)")
             return result(False, f"{name} is {facts['operstate']}: frames cannot leave")

@@ -35,6 +35,8 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import depl
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import promiscuous_ports
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.writer import RollbackError
 
 RUN_DIR = "/run/xdpfleet"
 INSTANCE_KINDS = ("vtep", "filter", "router")  # a record's key that names its instance's kind (see instance_kind)
@@ -128,8 +130,9 @@ def teardown(host: HostPaths, check_mode: bool, stop_timeout: float = SENDER_STO
         done.senders.extend(stopped)
     for name in pinned_instances(host):
         try:
-            removed = xp.remove(host.instance(name), check_mode)
-        except (libbpf.LibbpfError, OSError) as exc:
+            # A VTEP's record also names its ports' promiscuous flags to put back (vtep/promiscuous_ports.py).
+            removed = promiscuous_ports.remove(host.instance(name), check_mode, "instance")
+        except (libbpf.LibbpfError, OSError, RollbackError) as exc:
             raise xp.XdpProgramError(f"removing instance {name}: {exc}") from exc
         if removed.changed:
             done.instances[name] = removed
@@ -211,7 +214,7 @@ def _restore_program(
             check_mode=check_mode,
             tc_program=record.get("tc_program"),
         )
-    except (xp.XdpProgramError, libbpf.LibbpfError) as exc:
+    except (xp.XdpProgramError, *xp.ATTACH_ERRORS) as exc:
         raise RestoreError(str(exc)) from exc
     changes = done.changes(paths.name)
     return changes.steps, changes.diff() if changes.changed else None
@@ -235,6 +238,7 @@ def _restore_vtep(
             (record.get("build") or {}).get("include_dirs"),
             neighbour_timeout,
             backend="tc" if record.get("tc_program") else "xdp",  # the record names the TC backend's tc program
+            tc_source=record.get("tc_source") or vd.VTEP_TC_SOURCE,
             check_mode=check_mode,
             build_dir=build_dir,
         )
@@ -337,7 +341,7 @@ def restore(
     there yet, as at boot on a slow underlay) is tried again, with backoff, until it comes back or retry_seconds
     after the first pass have gone; its error then stays in the result. Other failures are reported at once. Check
     mode never retries."""
-    if (no_bpffs := xp.bpffs_problem()):
+    if (no_bpffs := xp.bpffs_problem(host.pin_root)):
         raise RestoreError(no_bpffs)
     try:
         check_trusted(host)

@@ -18,12 +18,12 @@ import ctypes
 import os
 import socket
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import layouts
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import layouts, needs
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router.abi import RT_PORTS_MAX, VERDICT_NAMES
 
 ROUTER_SOURCE = "/var/lib/xdpfleet/src/router/router.c"
@@ -151,7 +151,11 @@ def deploy(
     problems = interface_problems(interfaces) or forwarding_problems(interfaces)
     if problems:
         raise RouterError("; ".join(problems))
-    if (no_bpffs := xp.bpffs_problem(os.path.dirname(paths.pin_root))):
+    try:
+        features.require(needs.NEEDS, needs.VARIANT)
+    except features.MissingFeatures as exc:
+        raise RouterError(f"this kernel cannot run the router, nothing was changed: {exc}") from exc
+    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
         raise RouterError(no_bpffs)
     try:
         xp.check_trusted_paths(paths)

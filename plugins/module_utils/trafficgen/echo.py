@@ -8,12 +8,13 @@ from __future__ import annotations
 import ipaddress
 import os
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import needs
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.sender import compile_source
 
@@ -86,12 +87,16 @@ def present(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
     paths = instance_paths(ifname, p["pin_root"], p["state_dir"])
     if not netdev.exists(ifname):
         raise tg.TrafficgenError(f"interface: {ifname} does not exist on this host")
+    try:
+        features.require(needs.ECHO, needs.ECHO_VARIANT)
+    except features.MissingFeatures as exc:
+        raise tg.TrafficgenError(f"this kernel cannot run the echo server, nothing was changed: {exc}") from exc
     lo, hi = echo_ports(p["ports"], p["template"])
     addresses = echo_addresses(p["addresses"], p["template"])
-    environment, _warnings = tg.preflight(ifname, 1)
+    environment, _warnings = tg.preflight(ifname, 1, sends=False)
     if not environment.get("mac"):
         raise tg.TrafficgenError(f"interface: {ifname} has no MAC address: the echo server answers frames to it")
-    if (no_bpffs := xp.bpffs_problem()):
+    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
         raise tg.TrafficgenError(no_bpffs)
     result = {
         "ports": [lo, hi],

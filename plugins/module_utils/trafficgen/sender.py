@@ -18,12 +18,13 @@ import signal
 import threading
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError, resolve
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import needs
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import (
     Trial,
@@ -126,8 +127,9 @@ def no_xmit_message(ifname: str, environment: dict) -> str:
     if environment["driver"] == "veth":
         peer = environment.get("peer") or "its peer"
         return (
-            f"{ifname} cannot transmit XDP frames: its veth peer has no XDP program (and no GRO): start the echo "
-            f"server on {peer} first (mode=echo), or attach any XDP program there"
+            f"{ifname} cannot transmit XDP frames: its veth peer has no XDP program attached natively (a generic one "
+            f"does not count) and no GRO: start the echo server on {peer} first (mode=echo, attach_mode: native), "
+            "or attach any XDP program there natively"
         )
     return f"{ifname}: driver {environment['driver']} announces no XDP transmit (ndo-xmit): live frames cannot send"
 
@@ -141,10 +143,16 @@ def run(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
         raise tg.TrafficgenError(f"interface: {ifname} does not exist on this host")
     if p["template"] is None:
         raise tg.TrafficgenError("template: required with mode=send")
+    try:
+        features.require(needs.SENDER, needs.SENDER_VARIANT)
+    except features.MissingFeatures as exc:
+        raise tg.TrafficgenError(f"this kernel cannot run the sender, nothing was sent: {exc}") from exc
     templates = expand(pt.document(p["template"]), ifname, p["src_mac"], p["dst_mac"], p["frame_sizes"] or [])
     cpus = sender_cpus(p["cpus"], p["threads"])
     check_run_arguments(p)
     environment, warnings = tg.preflight(ifname, len(cpus))
+    if (problem := tg.generic_send_problem(ifname, environment["driver"], p["attach_mode"])):
+        raise tg.TrafficgenError(problem)
     busy = libbpf.xdp_query(netdev.ifindex(ifname))
     if busy.prog_id:
         raise tg.TrafficgenError(

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import LayoutMismatch
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import fdb, layouts, plan, words, writer
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.promisc import PromiscError
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import fdb, layouts, needs, plan, words, writer
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import promiscuous_ports as promisc
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     ConfigError,
     InterfaceFacts,
@@ -27,7 +29,10 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import
     validate,
 )
 
-VTEP_SOURCE = "/var/lib/xdpfleet/src/vtep/vtep.c"
+# The XDP programs (both backends' ingress, the XDP backend's egress) and the TC backend's tc program: two objects,
+# so that the XDP backend needs nothing a tc program does.
+VTEP_SOURCE = "/var/lib/xdpfleet/src/vtep/vtep_xdp.c"
+VTEP_TC_SOURCE = "/var/lib/xdpfleet/src/vtep/vtep_tc.c"
 VTEP_INCLUDE_DIRS = ["/var/lib/xdpfleet/src/include"]
 NEIGHBOUR_TIMEOUT = 3.0
 
@@ -131,10 +136,12 @@ def deploy(
     check_host: bool = False,
     allow_management_port: bool = False,
     backend: str = "xdp",
+    tc_source: str = VTEP_TC_SOURCE,
 ) -> dict:
     """Make the VTEP instance match `document`; returns the module result (changed, changes, program, facts, diff).
 
     backend: xdp (flooding in XDP) or tc (the XDP program hands forwarding to a tc ingress program on every port).
+    source: the XDP programs' C source; tc_source: the tc program's, compiled for the tc backend only.
 
     build_dir: where a compile that misses the cache goes in check mode (the cache stays as it was).
     check_host: also hold the document against the host's addresses (host_problems()), as the vtep module does; a
@@ -143,6 +150,10 @@ def deploy(
     that it could not be (and what was not).
     """
     include_dirs = VTEP_INCLUDE_DIRS if include_dirs is None else include_dirs
+    try:
+        features.require(needs.NEEDS, needs.variant(backend))
+    except features.MissingFeatures as exc:
+        raise VtepError(f"this kernel cannot run the VTEP, nothing was changed: {exc}", exc.problems) from exc
     ports = host_ports()
     facts = {name: InterfaceFacts(port.ifindex, port.mtu, port.mac) for name, port in ports.items()}
     try:
@@ -152,7 +163,7 @@ def deploy(
     if check_host and (problems := host_problems(config, allow_management_port)):
         listed = "\n".join(f"- {p}" for p in problems)
         raise VtepError(f"the VTEP configuration does not fit this host:\n{listed}", problems)
-    if (no_bpffs := xp.bpffs_problem()):
+    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
         raise VtepError(no_bpffs)
     try:
         xp.check_trusted_paths(paths)
@@ -171,6 +182,7 @@ def deploy(
             build_dir=build_dir,
             map_sizes={layouts.LEARNED_FDB: config.fdb_size},
             tc_program=layouts.TC_PROGRAM if backend == "tc" else None,
+            tc_source=tc_source if backend == "tc" else None,
         )
     except xp.XdpProgramError as exc:
         raise VtepError(f"loading the VTEP data plane failed, nothing was changed: {exc}") from exc
@@ -185,13 +197,21 @@ def deploy(
         maps = {name: instance.obj.map(name) for name in layouts.MAP_NAMES}
         egress = instance.obj.program(layouts.EGRESS_PROGRAM)
         record = xp.state_record(instance, vtep_ports, source, object_path, {"include_dirs": include_dirs})
+        if backend == "tc":
+            record["tc_source"] = tc_source
+        port_flags = promisc.plan(xp.load_state(paths), config, header)
         # The record first, the maps and links after (see xp.recording).
-        recording = xp.recording(paths, {**record, "vtep": document}, check_mode)
+        recording = xp.recording(paths, {**record, "vtep": document, **port_flags.record()}, check_mode)
         try:
             with recording as recorded, writer.update(maps, egress, config, ports, peer_macs, not check_mode) as done:
-                changed = attach_plan.changed or not done.diff.empty
+                changed = attach_plan.changed or not done.diff.empty or port_flags.changed
                 if changed and not check_mode:
-                    instance.apply(attach_plan)
+                    port_flags.apply()
+                    try:
+                        instance.apply(attach_plan)
+                    except BaseException as exc:
+                        port_flags.undo(exc)
+                        raise
         except plan.DoesNotFit as exc:
             raise VtepError(f"the VTEP configuration does not fit the data plane, nothing was changed: {exc}") from exc
         except writer.RollbackError as exc:
@@ -202,10 +222,11 @@ def deploy(
             ) from exc
         except xp.RecordError as exc:
             raise VtepError(str(exc)) from exc
-        except (writer.WriteError, libbpf.LibbpfError, xp.XdpProgramError, ValueError) as exc:
+        except (writer.WriteError, *xp.ATTACH_ERRORS, xp.XdpProgramError, PromiscError, ValueError) as exc:
             raise VtepError(f"applying the VTEP configuration failed, previous state restored: {exc}") from exc
         in_maps = done.current if check_mode else done.desired
         config_changes = words.changes(done.current, done.desired, names, header)
+        config_changes.extend(port_flags.changes)
         if recorded and not changed:
             config_changes.add(xp.record_step(paths.state_file))
         changed = changed or recorded

@@ -61,7 +61,7 @@ def table(
 
     def where(vni: int, e: FdbEntry) -> dict | None:
         """Where the data plane sends a frame for the entry's MAC, or None when the configuration no longer backs
-        the entry (the checks of vtep.c's local_target and send_remote)."""
+        the entry (the checks of vtep_xdp.c's local_target and send_remote)."""
         port = ports.get(e.ifindex)
         name = names.get(e.ifindex, str(e.ifindex))
         if not e.remote_ip:

@@ -122,11 +122,10 @@ def _peers(maps: dict[str, libbpf.Map], names: dict[int, str]) -> list[tuple[Pee
 
 
 def _inspect(maps: dict[str, libbpf.Map], names: dict[int, str], confirm: bool) -> list[tuple[PeerHop, bytes]]:
-    if not neighbours.HAS_PYROUTE2:
-        raise NextHopError("the next hops are read from the neighbour table with pyroute2, which is not installed")
-    found = _peers(maps, names)
-    confirmed: set[tuple[int, str]] = set()
-    with neighbours.IPRoute() as ipr:
+    missing = NextHopError("the next hops are read from the neighbour table with pyroute2, which is not installed")
+    with neighbours.ip_route(missing) as ipr:
+        found = _peers(maps, names)
+        confirmed: set[tuple[int, str]] = set()
         for hop, _raw, ifindex in found:
             try:
                 kernel = neighbours.current(ipr, hop.remote)

@@ -74,15 +74,14 @@ class MapContents:
 
     entries: config map name -> {key bytes: value bytes}; groups: "flood"/"local" -> {vni: {member key: ifindex}},
     each at its VNI's slot (vni_slots()); where: (group kind, vni) -> "small"/"large", the map a group lives in;
-    orphans: (kind, size, slot) of groups at a slot no VNI has (left by an interrupted update); egress_tags: the tags
-    of the egress programs the members run (of the loaded one, in desired contents); origins: the document path each
-    entry and member comes from, keyed (map name, key bytes), (group kind, vni) and (group kind, vni, member key).
+    egress_tags: the tags of the egress programs the members run (of the loaded one, in desired contents); origins:
+    the document path each entry and member comes from, keyed (map name, key bytes), (group kind, vni) and
+    (group kind, vni, member key).
     """
 
     entries: dict[str, dict[bytes, bytes]] = field(default_factory=lambda: {name: {} for name in CONFIG_MAPS})
     groups: dict[str, dict[int, dict[int, int]]] = field(default_factory=lambda: {"flood": {}, "local": {}})
     where: dict[tuple[str, int], str] = field(default_factory=dict)
-    orphans: list[tuple[str, str, int]] = field(default_factory=list)
     egress_tags: set[str] = field(default_factory=set)
     origins: dict[tuple, str] = field(default_factory=dict)
 
@@ -355,7 +354,6 @@ def diff(current: MapContents, desired: MapContents) -> MapDiff:
         for vni in have_groups:
             if vni not in want_groups:
                 d.groups_removed.append((kind, vni, current.where[(kind, vni)], have_slots[vni]))
-    d.groups_removed += [(kind, None, size, slot) for kind, size, slot in current.orphans]
     d.fresh_port_slots = _fresh_slots(current.port_slots(), desired.port_slots())
     d.fresh_vni_slots = _fresh_slots(current.vni_slots(), desired.vni_slots())
     return d

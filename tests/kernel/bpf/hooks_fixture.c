@@ -30,7 +30,10 @@ SEC("tc")
 int hooks_tc(struct __sk_buff *skb)
 {
 	count(1);
-	return 0; /* TC_ACT_OK */
+#ifdef HOOKS_TC_TWICE /* another version of the program: an upgrade */
+	count(1);
+#endif
+	return 0; /* TC_ACT_OK: the programs after it on the hook do not run */
 }
 
 char LICENSE[] SEC("license") = "GPL";

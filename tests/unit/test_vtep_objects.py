@@ -1,0 +1,58 @@
+"""The VTEP's two objects: the XDP backend's (vtep_xdp.c) needs nothing that the TC backend's tc program does, so it
+loads on kernels older than that program's features (Debian 12's 6.1 has no open-coded iterators, 6.4); the tc
+program's object (vtep_tc.c) declares the same maps, so that the TC backend runs both on one set."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "collection"))
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.program import compatible
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts
+
+
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory) -> dict[str, str]:
+    cache = tmp_path_factory.mktemp("bpfcache")
+    include = [str(REPO / "bpf" / "include")]
+    return {
+        backend: bpf_build.compile_object(str(REPO / "bpf" / "vtep" / f"vtep_{backend}.c"), str(cache), include)[0]
+        for backend in ("xdp", "tc")
+    }
+
+
+def kernel_symbols(path: str) -> list[str]:
+    """The externs the kernel must resolve at load (kfuncs, ksyms): the object's undefined symbols (libbpf rewrites
+    its .ksyms section at open, so it is read from the ELF file)."""
+    listed = subprocess.run(["llvm-nm", "--undefined-only", "--just-symbol-name", path], capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    return sorted(listed.stdout.split())
+
+
+def test_the_xdp_object_has_the_xdp_programs_only_and_needs_no_kernel_symbol(objects):
+    with libbpf.BpfObject(objects["xdp"]) as obj:
+        assert sorted(obj.programs) == sorted(
+            [*layouts.INGRESS_PROGRAMS.values(), layouts.TC_BACKEND_INGRESS_PROGRAM, layouts.EGRESS_PROGRAM]
+        )
+        assert {p.section for p in obj.programs.values()} == {"xdp", "xdp/devmap"}
+        assert kernel_symbols(objects["xdp"]) == []
+
+
+def test_the_tc_object_holds_the_tc_program_on_the_same_maps(objects):
+    with libbpf.BpfObject(objects["xdp"]) as xdp, libbpf.BpfObject(objects["tc"]) as tc:
+        assert list(tc.programs) == [layouts.TC_PROGRAM]
+        assert kernel_symbols(objects["tc"]) == ["bpf_iter_num_destroy", "bpf_iter_num_new", "bpf_iter_num_next"]
+        shared = {name: m for name, m in tc.maps.items() if not m.internal}
+        assert set(shared) == {name for name, m in xdp.maps.items() if not m.internal}
+        xdp_btf, tc_btf = Btf(xdp.btf), Btf(tc.btf)
+        for name, m in shared.items():
+            assert compatible(xdp.map(name), xdp_btf, m, tc_btf), name
