@@ -133,7 +133,6 @@ class Nic:
     mtu: int = 1500
     neighbour: str | None = None
     forwarding: bool = False
-    promiscuous: bool = False
 
 
 def guest_mac(index: int, position: int) -> str:
@@ -184,7 +183,7 @@ class Guest:
             lines.append(f"ip link set {nic.name} mtu {nic.mtu}")
             if nic.address:
                 lines.append(f"ip addr add {nic.address} dev {nic.name}")
-            lines.append(f"ip link set {nic.name} up" + (" promisc on" if nic.promiscuous else ""))
+            lines.append(f"ip link set {nic.name} up")
             if nic.neighbour:
                 lines.append(
                     f"ip neigh replace {nic.neighbour} lladdr {self.tap_mac(nic.name)} dev {nic.name} nud permanent"

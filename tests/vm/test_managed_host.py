@@ -51,10 +51,7 @@ TIMINGS: dict[str, float] = {}
 def guests(kernel, work: Path) -> list[Guest]:
     def nics(index: int) -> tuple[Nic, ...]:
         underlay = Nic(UNDERLAY.name, UNDERLAY.address.format(248 + index), UNDERLAY.mtu)
-        # virtio-net, like a physical NIC, drops unicast frames for MACs the guest has not asked for: the XDP VTEP's
-        # access port must be promiscuous to see its servers' frames to remote MACs. The vtep module does not set
-        # that (yet), so the test does; the Linux backend's bridge sets it on its ports itself.
-        return (underlay, Nic("acc", promiscuous=index == 1), *(ROUTER_NICS if index == 1 else ()))
+        return (underlay, Nic("acc"), *(ROUTER_NICS if index == 1 else ()))
 
     return [Guest(f"xh{i}", i, kernel, work, nics(i)) for i in (1, 2)]
 
