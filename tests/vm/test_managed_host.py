@@ -181,11 +181,33 @@ def test_the_roles_run_on_vm_hosts(vms):
     assert again.rc == 0 and again.changed() == 0, again
 
 
+def rule_packets(guest: Guest, rule: str, instance: str = "filter") -> int:
+    """The packets a filter rule counted, on every CPU, read from its pinned maps: the slot of the active order whose
+    rule is named `rule`."""
+
+    def dump(name: str) -> list[dict]:  # bpftool -j gives each entry's BTF view as "formatted"
+        entries = json.loads(ssh(guest, "bpftool", "-j", "map", "dump", "pinned", f"{maps}/{name}").stdout)
+        return [entry.get("formatted", entry) for entry in entries]
+
+    maps = f"/sys/fs/bpf/xdpfleet/{instance}/maps"
+    [generation] = [a["value"] for a in dump("filter_active")]
+    [order] = [o["value"] for o in dump("filter_order") if o["key"] == generation]
+    names = {r["key"]: bytes(r["value"]["name"]).rstrip(b"\0").decode() for r in dump("filter_rules")}
+    [slot] = [slot for slot in order["slot"][: order["count"]] if names[slot] == rule]
+    [entry] = [c for c in dump("filter_counters") if c["key"] == slot]
+    return sum(cpu["value"]["packets"] for cpu in entry["values"])
+
+
 def test_the_filter_on_the_peer_drops_what_its_rule_says(vms):
-    """xh2's filter drops what its server sends to UDP port 9, and only that."""
-    a, b = vms["xh1"].tap("acc"), vms["xh2"].tap("acc")
+    """xh2's filter drops what its server sends to UDP port 9, and only that: the frame that does not cross is the
+    one its rule counted."""
+    xh2 = vms["xh2"]
+    a, b = vms["xh1"].tap("acc"), xh2.tap("acc")
+    before = rule_packets(xh2, "discard")
     assert crosses(b, a, SERVER["xh1"], SERVER["xh2"], udp_port=10)
+    assert rule_packets(xh2, "discard") == before
     assert not crosses(b, a, SERVER["xh1"], SERVER["xh2"], udp_port=9)
+    assert rule_packets(xh2, "discard") == before + 1
 
 
 def journal(guest: Guest, unit: str) -> str:
