@@ -248,7 +248,9 @@ def test_a_reboot_by_systemd_brings_the_data_planes_back_through_the_units(vms):
         assert time.monotonic() < deadline, journal(xh1, "xdpfleet-metrics.service")
         time.sleep(5)
     metrics = ssh(xh1, "cat", "/var/lib/prometheus/node-exporter/xdpfleet.prom").stdout
-    assert 'instance="vtep"' in metrics, metrics[:2000]
+    # The metrics name an instance by kind and name, a VTEP's counters by vtep=<name>: read from its pins again.
+    assert 'xdpfleet_instance_read_success{kind="vtep",name="vtep"} 1' in metrics, metrics[:2000]
+    assert 'xdpfleet_vtep_vni_rx_packets_total{vtep="vtep",vni="100"}' in metrics, metrics[:2000]
 
 
 def test_teardown_leaves_nothing(vms):
