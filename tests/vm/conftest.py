@@ -9,6 +9,7 @@ import kernels
 import planes
 import pytest
 
+
 @pytest.fixture(scope="session")
 def objects() -> tuple[dict[str, str], str]:
     """(data plane -> object path, cache dir): outside the guest's /tmp (its own tmpfs), read by it over 9p."""
