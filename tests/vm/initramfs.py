@@ -39,7 +39,9 @@ for module in $(cat /modules/order); do
 done
 for word in $(cat /proc/cmdline); do
     case "$word" in
-        xv.python=*) python="${word#xv.python=}";; xv.agent=*) agent="${word#xv.agent=}";; xv.repo=*) repo="${word#xv.repo=}";;
+        xv.python=*) python="${word#xv.python=}";;
+        xv.agent=*) agent="${word#xv.agent=}";;
+        xv.repo=*) repo="${word#xv.repo=}";;
     esac
 done
 if mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose hostroot /root; then
