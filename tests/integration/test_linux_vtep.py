@@ -223,6 +223,10 @@ def test_overlay_ping_both_ways_and_second_run_unchanged(topo):
     assert data["learning"] is True and data["ageing"] == 300 and vx["mtu"] == 1550 and vx["master"] == "xbr100"
     assert link(H1, "xbr100")["linkinfo"]["info_data"]["ageing_time"] == 300 * 100  # clock ticks
     assert link(H1, ACCESS)["master"] == "xbr100"
+    # The host's own stack stays out of the VNI: no IPv6 (link-local, router solicitations) on the devices it made.
+    for device in ("xbr100", "xvx100"):
+        assert sh("cat", f"/proc/sys/net/ipv6/conf/{device}/disable_ipv6", ns=H1).stdout.strip() == "1", device
+        assert sh("ip", "-6", "addr", "show", "dev", device, ns=H1).stdout.strip() == "", device
     assert fdb_peers(H1) == [(UNDERLAY[H2], UPLINK)]
     record = json.loads((topo[H1] / "linux_vtep.json").read_text())
     assert record["vnis"]["100"]["devices"] == {"bridge": "xbr100", "vxlan": "xvx100"}
@@ -341,6 +345,10 @@ def test_an_access_port_moves_to_another_vni(topo):
     back = apply(topo, H1)
     assert f"VNI 100: + access port {ACCESS}" in back.changes and "VNI 101: - bridge xbr101" in back.changes
     assert link(H1, ACCESS)["master"] == "xbr100"
+    # The host's own stack stays out of the VNI: no IPv6 (link-local, router solicitations) on the devices it made.
+    for device in ("xbr100", "xvx100"):
+        assert sh("cat", f"/proc/sys/net/ipv6/conf/{device}/disable_ipv6", ns=H1).stdout.strip() == "1", device
+        assert sh("ip", "-6", "addr", "show", "dev", device, ns=H1).stdout.strip() == "", device
     assert ping(E1, OVERLAY_V4[E2]).returncode == 0
 
 

@@ -737,6 +737,17 @@ def _index(ipr, name: str) -> int:
     return found[0]
 
 
+def _no_ipv6(name: str) -> None:
+    """IPv6 off on a device the module made, before it comes up: otherwise the host gives it a link-local address and
+    its own stack sends into the VNI (duplicate address detection, MLD reports, and router solicitations with no end:
+    router_solicitations is -1 by default, every 4 s doubling up to an hour), frames the endpoints never asked for
+    and a VTEP floods. A host without IPv6 (ipv6.disable=1) has no such setting and nothing to turn off."""
+    path = f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6"
+    if os.path.exists(path):
+        with open(path, "w") as f:
+            f.write("1")
+
+
 def _vxlan_add(ipr, a: dict) -> None:
     ipr.link(
         "add",
@@ -751,6 +762,7 @@ def _vxlan_add(ipr, a: dict) -> None:
         mtu=a["mtu"],
     )  # down until it is a port of its bridge, with its guard (enslave brings it up): a vxlan device of its own
     # would hand every frame it decapsulates up to this host
+    _no_ipv6(a["name"])
 
 
 def _vxlan_fdb(ipr, command: str, vxlan: str, mac: str, r: Remote) -> None:
@@ -870,6 +882,7 @@ def _run_step(ipr, step: Step) -> None:
     a = step.args
     if step.op == "bridge_add":
         ipr.link("add", ifname=a["name"], kind="bridge", br_mcast_snooping=0, br_ageing_time=a["ageing"] * USER_HZ)
+        _no_ipv6(a["name"])
         ipr.link("set", index=_index(ipr, a["name"]), state="up")
     elif step.op == "bridge_set":
         index = _index(ipr, a["name"])
