@@ -93,7 +93,10 @@ options:
       - Required with I(state=present).
     type: dict
   mode:
-    description: XDP mode of the ingress program on every VTEP port.
+    description:
+      - XDP mode of the ingress program on every VTEP port.
+      - C(generic) with I(backend=xdp) is refused on Linux before 6.12, where generic XDP was seen to send only one
+        copy of a flooded frame (docs/support.md in the collection).
     type: str
     choices: [native, generic]
     default: native

@@ -17,6 +17,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build a
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.program import compatible
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vtep_deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts
 
 
@@ -56,3 +57,22 @@ def test_the_tc_object_holds_the_tc_program_on_the_same_maps(objects):
         xdp_btf, tc_btf = Btf(xdp.btf), Btf(tc.btf)
         for name, m in shared.items():
             assert compatible(xdp.map(name), xdp_btf, m, tc_btf), name
+
+
+@pytest.mark.parametrize(
+    "mode, backend, release, refused",
+    [
+        ("generic", "xdp", "6.1.0-50-amd64", True),
+        ("generic", "xdp", "5.15.0-91-generic", True),
+        ("generic", "xdp", "6.12.117+deb13-amd64", False),
+        ("generic", "xdp", "6.18.0", False),
+        ("native", "xdp", "6.1.0-50-amd64", False),
+        ("generic", "tc", "6.1.0-50-amd64", False),  # the tc backend floods in tc, with skb copies of its own
+    ],
+)
+def test_generic_flooding_is_refused_where_the_vm_matrix_saw_it_lose_copies(mode, backend, release, refused):
+    problem = vtep_deploy.generic_broadcast_problem(mode, backend, release)
+    assert (problem is not None) == refused
+    if refused:
+        assert problem.startswith("mode: generic with backend: xdp") and release in problem
+        assert "nothing was changed" in problem

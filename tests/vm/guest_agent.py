@@ -67,7 +67,10 @@ def mac_of(ifname: str) -> str:
 
 
 def load(object_path: str) -> dict:
-    """The object loaded by the collection's libbpf binding (and closed again): its programs' names."""
+    """The object loaded by the collection's libbpf binding (and closed again): its programs' names. Refused first,
+    as xdp_program refuses an object, where the kernel lacks a helper, kfunc or map type it uses."""
+    if (problems := xp.kernel_problems(object_path, "native")):
+        raise xp.XdpProgramError(f"this kernel cannot load {object_path}: {'; '.join(problems)}")
     with libbpf.BpfObject(object_path) as obj:
         obj.load()
         return {"programs": sorted(obj.programs)}
@@ -188,15 +191,16 @@ def echo_remove(ifname: str) -> list[str]:
 
 
 def sender_run(ifname: str, mode: str, object_path: str, template: dict, dst_mac: str, count: int) -> dict:
-    """Send `count` frames of the template out of ifname as the trafficgen module's sender does: its preflight
-    (which refuses what cannot send live frames), then the sender with its return counter attached in `mode`."""
+    """Send `count` frames of the template out of ifname as the trafficgen module's sender does: its checks
+    (which refuse what cannot send live frames), then the sender with its return counter attached in `mode`."""
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 
-    tg.preflight(ifname, 1)
+    sender.check_can_send(ifname, 1, mode)
     expanded = pt.build(template, src_mac=mac_of(ifname), dst_mac=dst_mac)
-    with tg.Sender(object_path, expanded, ifname, [0], attach_mode=mode) as sender:
-        result = sender.run(count=count)
+    with tg.Sender(object_path, expanded, ifname, [0], attach_mode=mode) as running:
+        result = running.run(count=count)
     return {"sent": result.sent, "frames": [expanded.frame(k).hex() for k in range(len(expanded.entries))]}
 
 

@@ -22,7 +22,8 @@ BUSYBOX = Path("/bin/busybox")  # package busybox-static: no shared libraries to
 # load later (its /lib/modules is this machine's).
 MODULES = ("virtio_mmio", "9pnet_virtio", "9p", "virtio_net", "sch_ingress", "cls_bpf")
 # The guest's /init. The kernel command line names the agent to run (xv.python, xv.agent); everything it needs
-# besides the kernel is this machine's, read through 9p. /tmp and /run are the guest's own (tmpfs), and so is bpffs.
+# besides the kernel is this machine's, read through 9p. /tmp and /run are the guest's own (tmpfs), and so is bpffs;
+# the checkout (xv.repo) is bound back in where it lives under one of them.
 INIT = r"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -37,15 +38,22 @@ for module in $(cat /modules/order); do
     insmod "/modules/$module" || echo "xv: insmod $module failed"
 done
 for word in $(cat /proc/cmdline); do
-    case "$word" in xv.python=*) python="${word#xv.python=}";; xv.agent=*) agent="${word#xv.agent=}";; esac
+    case "$word" in
+        xv.python=*) python="${word#xv.python=}";;
+        xv.agent=*) agent="${word#xv.agent=}";;
+        xv.repo=*) repo="${word#xv.repo=}";;
+    esac
 done
 if mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose hostroot /root; then
     mount -t proc proc /root/proc
     mount -t sysfs sysfs /root/sys
     mount -t bpf bpf /root/sys/fs/bpf
     mount -t devtmpfs devtmpfs /root/dev
+    # A checkout under /tmp or /run (a CI clone) stays visible in the guest's own tmpfs there: bound back in.
+    mkdir -p /host && mount --bind /root /host
     mount -t tmpfs tmpfs /root/tmp
     mount -t tmpfs tmpfs /root/run
+    case "$repo" in /tmp/*|/run/*) mkdir -p "/root$repo" && mount --bind "/host$repo" "/root$repo";; esac
     echo "xv: agent starts at $(cut -d' ' -f1 /proc/uptime) s"
     chroot /root "$python" "$agent"
     echo "xv: agent exited with $?"

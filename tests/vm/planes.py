@@ -138,7 +138,7 @@ def run_plane(guest: Guest, plane: str, modes: tuple[str, ...]) -> PlaneResult:
         guest.vm.call("load", object_path=guest.objects[plane])
         result.load = "ok"
     except GuestError as exc:
-        result.load = f"failed: {' '.join(str(exc).split())}"
+        result.load = status(exc)
     scenario = SCENARIOS[plane]
     for mode in modes:
         try:

@@ -87,7 +87,7 @@ class Vm:
             "-m", str(MEMORY_MB), "-smp", str(VCPUS), "-nodefaults", "-no-user-config", "-display", "none",
             "-no-reboot", "-serial", f"file:{self.console}",
             "-kernel", str(self.kernel.vmlinuz), "-initrd", str(image),
-            "-append", f"console=ttyS0 rdinit=/init quiet {TSC_KHZ} xv.python={PYTHON} xv.agent={AGENT}",
+            "-append", f"console=ttyS0 rdinit=/init quiet {TSC_KHZ} xv.python={PYTHON} xv.agent={AGENT} xv.repo={REPO}",
             # multidevs=remap: / spans several file systems here, whose inode numbers would collide in the guest
             "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
             "-device", "virtio-9p-device,fsdev=root,mount_tag=hostroot",

@@ -134,6 +134,19 @@ def no_xmit_message(ifname: str, environment: dict) -> str:
     return f"{ifname}: driver {environment['driver']} announces no XDP transmit (ndo-xmit): live frames cannot send"
 
 
+def check_can_send(ifname: str, threads: int, attach_mode: str) -> tuple[dict, list[str]]:
+    """Refuse (TrafficgenError) where this kernel, host or interface cannot send live frames from ifname with the
+    return counter attached in attach_mode, before anything changes; return preflight's environment and warnings."""
+    try:
+        features.require(needs.SENDER, needs.SENDER_VARIANT)
+    except features.MissingFeatures as exc:
+        raise tg.TrafficgenError(f"this kernel cannot run the sender, nothing was sent: {exc}") from exc
+    environment, warnings = tg.preflight(ifname, threads)
+    if (problem := tg.generic_send_problem(ifname, environment["driver"], attach_mode)):
+        raise tg.TrafficgenError(problem)
+    return environment, warnings
+
+
 def run(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
     """mode=send, state=present, with the module's parameters `p`: check, then (unless check_mode) send. Returns
     the module result. Raises pt.TemplateError, TrafficgenError or bpf_build.CompileError, all before anything on
@@ -143,16 +156,10 @@ def run(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
         raise tg.TrafficgenError(f"interface: {ifname} does not exist on this host")
     if p["template"] is None:
         raise tg.TrafficgenError("template: required with mode=send")
-    try:
-        features.require(needs.SENDER, needs.SENDER_VARIANT)
-    except features.MissingFeatures as exc:
-        raise tg.TrafficgenError(f"this kernel cannot run the sender, nothing was sent: {exc}") from exc
     templates = expand(pt.document(p["template"]), ifname, p["src_mac"], p["dst_mac"], p["frame_sizes"] or [])
     cpus = sender_cpus(p["cpus"], p["threads"])
     check_run_arguments(p)
-    environment, warnings = tg.preflight(ifname, len(cpus))
-    if (problem := tg.generic_send_problem(ifname, environment["driver"], p["attach_mode"])):
-        raise tg.TrafficgenError(problem)
+    environment, warnings = check_can_send(ifname, len(cpus), p["attach_mode"])
     busy = libbpf.xdp_query(netdev.ifindex(ifname))
     if busy.prog_id:
         raise tg.TrafficgenError(

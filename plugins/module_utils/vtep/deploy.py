@@ -11,6 +11,7 @@ Also here: reading a deployed VTEP's counters and FDB from its pinned maps alone
 from __future__ import annotations
 
 import os
+import re
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
@@ -123,6 +124,28 @@ def resolve_peer_macs(config: VtepConfig, ports: dict[str, plan.Port], timeout: 
     return macs
 
 
+# The first Linux release where the XDP backend's flooding works in generic XDP, as the VM matrix (tests/vm) found:
+# on Debian 12's 6.1 a broadcast to two remote VTEPs left as one copy, the other dropped by its egress program as
+# decapsulated (split horizon), on 6.12 both left. In generic XDP a devmap broadcast's copies are clones of one skb
+# that share the frame, where each egress program writes its copy's outer headers; what changed in between was not
+# found, so the release decides here, not a feature in the kernel's BTF.
+GENERIC_FLOODING_SINCE = (6, 12)
+
+
+def generic_broadcast_problem(mode: str, backend: str, release: str) -> str | None:
+    """Why the VTEP cannot run in `mode` with `backend` on kernel `release`; None when it can."""
+    if mode != "generic" or backend != "xdp":
+        return None
+    found = re.match(r"(\d+)\.(\d+)", release)
+    if found and (int(found[1]), int(found[2])) >= GENERIC_FLOODING_SINCE:
+        return None
+    since = ".".join(map(str, GENERIC_FLOODING_SINCE))
+    return (
+        f"mode: generic with backend: xdp floods only one copy of each broadcast on this kernel ({release}; seen on "
+        f"6.1, works from {since}): use mode: native, or backend: linux; nothing was changed"
+    )
+
+
 def deploy(
     paths: xp.InstancePaths,
     document: dict,
@@ -154,6 +177,8 @@ def deploy(
         features.require(needs.NEEDS, needs.variant(backend))
     except features.MissingFeatures as exc:
         raise VtepError(f"this kernel cannot run the VTEP, nothing was changed: {exc}", exc.problems) from exc
+    if (generic_problem := generic_broadcast_problem(mode, backend, os.uname().release)):
+        raise VtepError(generic_problem)
     ports = host_ports()
     facts = {name: InterfaceFacts(port.ifindex, port.mtu, port.mac) for name, port in ports.items()}
     try:
