@@ -61,10 +61,9 @@ START_FIRST = (
     # worker then find the C sources copied and the objects compiled on the hosts, once
     "integration/test_vtep.py",  # 400 s
     "integration/test_rollout.py",  # 360 s
-    "integration/test_site.py",  # 240 s
+    "integration/test_site.py",  # 300 s: site.yml twice, then teardown.yml
     "vm/test_kernel_smoke.py",  # 200 s: three VM boots, every data plane in each
     "integration/test_xdp_program.py",  # 160 s
-    "integration/test_teardown.py",  # 145 s
     "integration/test_perf.py",  # 135 s
     "integration/test_restore.py",  # 105 s
     "integration/test_linux_vtep.py",  # 90 s

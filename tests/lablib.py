@@ -295,6 +295,22 @@ class Lab:
         _, sshd = self.host_pids(host)
         return _run(["nsenter", "-t", str(sshd), "-m", "-n", "-u", "-p", "--", *argv], check, input, timeout)
 
+    def xdp_interfaces(self, host: str) -> set[str]:
+        """The interfaces of a host that run an XDP program."""
+        links = json.loads(self.host_exec(host, ["ip", "-j", "link"]).stdout)
+        return {link["ifname"] for link in links if "xdp" in link}
+
+    def state_files(self, host: str) -> list[str]:
+        """What xdpfleet recorded on a host: the files under /var/lib/xdpfleet (but the copied C sources and the
+        compile cache, which teardown leaves) and /run/xdpfleet (the senders' records)."""
+        found = self.host_exec(
+            host,
+            ["find", "/var/lib/xdpfleet", "/run/xdpfleet", "-path", "/var/lib/xdpfleet/src", "-prune", "-o",
+             "-path", "/var/lib/xdpfleet/cache", "-prune", "-o", "-type", "f", "-print"],
+            check=False,
+        )  # fmt: skip
+        return found.stdout.split()
+
     def endpoint_exec(self, endpoint: str, argv: list[str], check=True, input=None, timeout=60):
         return _run(["ip", "netns", "exec", labutil.ns_name(self.prefix, endpoint), *argv], check, input, timeout)
 

@@ -44,7 +44,7 @@ def fabric(lab):
     checked = lab.run_tasks(filter_and_router, hosts="a", check=True, diff=True)
     assert checked.rc == 0 and checked.changed("a") == 2, checked
     assert "+port p1 (ifindex " in checked.stdout and "+vxlan: count udp to any port 4789" in checked.stdout, checked
-    assert not {"p1", "p2"} & xdp_ports(lab, "a"), "check mode attaches nothing"
+    assert not {"p1", "p2"} & lab.xdp_interfaces("a"), "check mode attaches nothing"
     assert "filter" not in lab.host_exec("a", ["ls", "/sys/fs/bpf/xdpfleet"]).stdout.split(), "nor pins the filter"
     up = lab.run_tasks(filter_and_router, hosts="a")
     assert up.rc == 0, up
@@ -55,17 +55,12 @@ def fabric(lab):
         assert gone.rc == 0, gone
 
 
-def xdp_ports(lab, host: str) -> set[str]:
-    links = json.loads(lab.host_exec(host, ["ip", "-j", "link"]).stdout)
-    return {link["ifname"] for link in links if "xdp" in link}
-
-
 def wait_detached(lab, host: str, timeout: float = 10.0) -> None:
     """The kernel releases links whose last pin went with the bpffs a little after the mount namespace ends."""
     deadline = time.monotonic() + timeout
-    while xdp_ports(lab, host) and time.monotonic() < deadline:
+    while lab.xdp_interfaces(host) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert xdp_ports(lab, host) == set(), f"{host} still runs XDP on {xdp_ports(lab, host)} after its restart"
+    assert lab.xdp_interfaces(host) == set(), f"{host} still runs XDP on {lab.xdp_interfaces(host)} after its restart"
 
 
 def test_restore_after_restarting_a_host_brings_bum_delivery_back(fabric):
@@ -81,7 +76,7 @@ def test_restore_after_restarting_a_host_brings_bum_delivery_back(fabric):
 
     checked = lab.run_tasks(RESTORE, check=True, diff=True)
     assert checked.rc == 0, checked
-    assert checked.result(task="restore", host="a")["changed"] and xdp_ports(lab, "a") == set(), "check mode"
+    assert checked.result(task="restore", host="a")["changed"] and lab.xdp_interfaces("a") == set(), "check mode"
 
     restored = lab.run_tasks(RESTORE)
     assert restored.rc == 0, restored
@@ -96,7 +91,7 @@ def test_restore_after_restarting_a_host_brings_bum_delivery_back(fabric):
     assert router["kind"] == "router" and any(c.startswith("+ port p2 (ifindex ") for c in router["changes"]), router
     for host in VTEP_HOSTS[1:]:
         assert restored.changed(host) == 0, f"{host} runs as recorded: nothing to restore"
-    assert {"acc100", "acclocal", "acc200", "ul-b", "ul-c", "ul-d", "ul-l", "p1", "p2"} <= xdp_ports(lab, "a")
+    assert {"acc100", "acclocal", "acc200", "ul-b", "ul-c", "ul-d", "ul-l", "p1", "p2"} <= lab.xdp_interfaces("a")
     assert bum_probe(endpoints["a100"], receivers, timeout=2) == {"b100", "c100"}
     assert bum_probe(endpoints["b100"], {"a100": endpoints["a100"]}, timeout=2) == {"a100"}
 
@@ -116,7 +111,7 @@ def test_the_boot_entry_point_restores_through_the_same_code(fabric):
     wait_detached(lab, "b")
     entry_point = [sys.executable, str(ENTRY_POINT), "--lib-dir", str(REPO / "collection")]
     checked = lab.host_exec("b", [*entry_point, "--check"])
-    assert "vtep (vtep): would be restored" in checked.stdout and xdp_ports(lab, "b") == set(), checked.stdout
+    assert "vtep (vtep): would be restored" in checked.stdout and lab.xdp_interfaces("b") == set(), checked.stdout
     booted = lab.host_exec("b", entry_point)
     assert "vtep (vtep): restored" in booted.stdout, booted.stdout
     assert bum_probe(endpoints["a100"], {"b100": endpoints["b100"]}, timeout=2) == {"b100"}
@@ -148,7 +143,7 @@ def test_the_boot_restore_waits_for_a_next_hop_that_answers_late(fabric):
         lab.host_exec("c", ["ip", "neigh", "flush", "dev", "ul-a"])
         boot = host_popen(lab, "c", [*ENTRY_POINT_ARGV, "--retry-seconds", "60"])
         time.sleep(5)  # longer than a first try's ARP wait (3 s): it has failed, and a retry waits
-        assert boot.poll() is None and xdp_ports(lab, "c") == set(), "c waits for its next hop"
+        assert boot.poll() is None and lab.xdp_interfaces("c") == set(), "c waits for its next hop"
         lab.host_exec("a", ["ip", "link", "set", "dev", "ul-c", "arp", "on"])
         output, _ = boot.communicate(timeout=60)
     finally:
@@ -162,7 +157,7 @@ def test_the_boot_restore_waits_for_a_next_hop_that_answers_late(fabric):
     # c is a TC VTEP: decapsulated BUM reaches c100 only through its tc program, restored with the XDP one
     assert bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=2) == {"c100"}
     tc_links = lab.host_exec("c", ["ls", "/sys/fs/bpf/xdpfleet/vtep/tc-links"]).stdout.split()
-    assert tc_links == ["acc100", "acc200", "ul-a"] and xdp_ports(lab, "c") == set(tc_links)
+    assert tc_links == ["acc100", "acc200", "ul-a"] and lab.xdp_interfaces("c") == set(tc_links)
     assert lab.run_tasks(RESTORE, hosts="c").changed() == 0
 
 
