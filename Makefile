@@ -140,13 +140,21 @@ AS_ON_A_FRESH_MACHINE := unshare --mount --propagation slave -- sh -c \
 
 # Of the VM kernel matrix (tests/vm), make test runs the smoke round (one boot per kernel, native XDP); make
 # test-kernels the whole matrix (marked kernel_matrix).
-test: need-root deps lint
-	@rc=0; $(WITHOUT_PRIVILEGE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(CURDIR)/tests/unit || rc=$$?; \
+# Lint (ansible-test sanity most of it, which keeps one core busy) runs beside the tests, its output kept in
+# .build/lint.log and shown at the end; a lint failure fails make test as a test failure does. `make lint` alone
+# runs it in the foreground.
+test: need-root deps
+	@mkdir -p $(BUILD_DIR); \
+	$(MAKE) --no-print-directory lint > $(BUILD_DIR)/lint.log 2>&1 & lint=$$!; \
+	rc=0; $(WITHOUT_PRIVILEGE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(CURDIR)/tests/unit || rc=$$?; \
 	if [ "$$rc" = 0 ]; then \
 		$(AS_ON_A_FRESH_MACHINE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 			--durations=15 -m "not kernel_matrix" --ignore=$(CURDIR)/tests/unit $(CURDIR)/tests || rc=$$?; \
 	fi; \
 	if [ "$$rc" = 5 ]; then echo "test: pytest collected no tests" >&2; fi; \
+	lint_rc=0; wait $$lint || lint_rc=$$?; \
+	echo "---- lint (.build/lint.log)"; cat $(BUILD_DIR)/lint.log; \
+	if [ "$$lint_rc" != 0 ]; then echo "test: lint failed (exit $$lint_rc)" >&2; [ "$$rc" != 0 ] || rc=$$lint_rc; fi; \
 	exit $$rc
 
 # Every data plane in every mode (XDP native and generic on virtio-net, the tc hook where it has one) on Debian's own
