@@ -70,7 +70,7 @@
  * filter_key.flags beside the family (RULE_IPV4, RULE_IPV6) and RULE_PORTS (the ports are known). Neither
  * RULE_PORTS nor KEY_PORTS_UNKNOWN: the frame has no ports (not TCP or UDP, or a non-first fragment).
  */
-#define KEY_PROTO_UNKNOWN 0x10 /* the protocol is past what the parser reached (the ports then too) */
+#define KEY_PROTO_UNKNOWN 0x10 /* the protocol is past what the parser reached (the ports too, if it has any) */
 #define KEY_PORTS_UNKNOWN 0x20 /* TCP or UDP whose ports are past what the parser reached */
 #define KEY_SHORT 0x40 /* the parse ran into data_end: at tc more of the frame may be pulled in */
 
@@ -203,7 +203,7 @@ static __always_inline int filter_ipv6_ext(struct filter_key *key, struct xf_cur
 			if (!(bpf_ntohs(*(__be16 *)(ext + 2)) & IP6_FRAG_OFFSET))
 				continue;
 			if (filter_ipv6_ext_header(key->proto))
-				key->flags |= KEY_PROTO_UNKNOWN | KEY_PORTS_UNKNOWN;
+				key->flags |= KEY_PROTO_UNKNOWN; /* and no ports, as any non-first fragment */
 			return 0;
 		}
 		len = key->proto == NEXTHDR_AUTH ? ((__u32)ext[1] + 2) * 4 : ((__u32)ext[1] + 1) * 8;
