@@ -298,6 +298,18 @@ def test_a_frame_whose_transport_header_the_filter_cannot_reach_is_dropped_count
 
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_a_later_fragment_has_no_ports_even_when_its_protocol_is_unknown(fresh, hook):
+    """Its fragment header names a Destination Options header, which only the first fragment holds: the protocol is
+    unknown, but a non-first fragment has no ports either way, so a port rule misses it; a protocol rule cannot tell.
+    (test_fuzz_filter.py found the filter calling its ports unknown.)"""
+    later = v6() / IPv6ExtHdrFragment(offset=10, nh=60) / (b"\0\0\x00\x16" + b"x" * 20)
+    fresh.set_rules(SSH)
+    assert run_each(fresh, hook, {"later": later}) == {"later": (VERDICTS[hook]["pass"], {"no_rule": 1})}
+    fresh.set_rules([*SSH, {"name": "icmp", "action": "count", "protocol": "icmpv6"}])
+    assert run_each(fresh, hook, {"later": later}) == {"later": (VERDICTS[hook]["drop"], {"unparsed": 1})}
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
 def test_unparsed_pass_lets_such_frames_through_still_counted(fresh, hook):
     fresh.set_rules(SSH, unparsed="pass")
     assert run_each(fresh, hook, {"12 headers": behind_destination_options(12)}) == {
