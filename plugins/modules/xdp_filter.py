@@ -85,10 +85,10 @@ options:
     default: false
   unparsed:
     description:
-      - What a frame gets whose first rule that could match needs the protocol or ports the filter could not
+      - "What a frame gets whose first rule that could match needs the protocol or ports the filter could not
         reach (see the description); it is counted C(unparsed) either way. C(drop) keeps a rule such as
         C({protocol: tcp, dst_port: 22, action: drop}) from being bypassed by a long or cut IPv6 header chain;
-        C(pass) lets such frames on, as the kernel would parse them.
+        C(pass) lets such frames on, for the kernel to parse."
     type: str
     choices: [drop, pass]
     default: drop
