@@ -31,14 +31,24 @@ int filter_tc(struct __sk_buff *skb)
 {
 	void *data_end = (void *)(long)skb->data_end;
 	void *data = (void *)(long)skb->data;
+	__u32 reason = UNMATCHED_NO_RULE;
+	struct filter_key key = {};
+	int parsed;
 
-	/* Headers beyond the linear part cannot be read directly: pull them in (only then, it may copy). */
-	if (data_end - data < FILTER_PULL_BYTES && skb->len > data_end - data) {
+	parsed = filter_parse(&key, data, data_end, &reason);
+	/*
+	 * The program reads only the skb's linear part. When the headers run past it, pull them in (only then: it may
+	 * copy) up to FILTER_PULL_BYTES, and parse again; what is still out of reach stays unknown.
+	 */
+	if ((key.flags & KEY_SHORT) && skb->len > data_end - data && data_end - data < FILTER_PULL_BYTES) {
 		bpf_skb_pull_data(skb, skb->len < FILTER_PULL_BYTES ? skb->len : FILTER_PULL_BYTES);
 		data_end = (void *)(long)skb->data_end;
 		data = (void *)(long)skb->data;
+		__builtin_memset(&key, 0, sizeof(key));
+		reason = UNMATCHED_NO_RULE;
+		parsed = filter_parse(&key, data, data_end, &reason);
 	}
-	return filter_frame(data, data_end, skb->len) == FILTER_DROP ? TC_ACT_SHOT : TC_ACT_UNSPEC;
+	return filter_decide(&key, parsed, reason, skb->len) == FILTER_DROP ? TC_ACT_SHOT : TC_ACT_UNSPEC;
 }
 
 char _license[] SEC("license") = "GPL";

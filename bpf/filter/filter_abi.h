@@ -17,9 +17,13 @@ enum filter_limits {
 	/* filter_order holds two orders: user space writes the one not in use, then switches filter_active to it */
 	FILTER_GENERATIONS = 2,
 	FILTER_NAME_LEN = 32, /* bytes of a rule's name in filter_rules, the terminating NUL included */
-	FILTER_MAX_EXT_HEADERS = 4, /* IPv6 extension headers walked to find the upper-layer protocol */
-	/* at tc, a frame whose headers are not all in the skb's linear part is pulled up to this many bytes */
-	FILTER_PULL_BYTES = 128,
+	/* IPv6 extension headers walked to find the upper-layer protocol; behind more, the protocol is unparsed */
+	FILTER_MAX_EXT_HEADERS = 8,
+	/*
+	 * at tc, a frame whose headers run past the skb's linear part is pulled up to this many bytes and parsed again;
+	 * headers past them are unparsed
+	 */
+	FILTER_PULL_BYTES = 1024,
 };
 
 /* filter_rule.action: what a frame that matches the rule gets (after the rule's counters count it). */
@@ -39,12 +43,32 @@ enum filter_rule_flag {
 	RULE_PORTS = 4,
 };
 
-/* Frames no rule matched, by reason: filter_unmatched[reason]. They all pass. */
+/*
+ * Frames no rule decided, by reason: filter_unmatched[reason]. They pass, but for unparsed ones: see filter_unparsed.
+ */
 enum filter_unmatched {
 	UNMATCHED_NO_RULE = 0, /* an IPv4 or IPv6 packet that no rule matched */
-	UNMATCHED_NOT_IP = 1, /* neither IPv4 nor IPv6 (ARP, more than two VLAN tags, ...): rules match IP only */
+	/*
+	 * neither IPv4 nor IPv6 (ARP, more than two VLAN tags, cut short before its EtherType, ...): rules match IP
+	 * only
+	 */
+	UNMATCHED_NOT_IP = 1,
 	UNMATCHED_MALFORMED = 2, /* an IP header cut short or with a bad version or length */
-	UNMATCHED_REASONS = 3,
+	/*
+	 * the first rule that could match needs the protocol or ports, and the filter could not reach them (behind more
+	 * than FILTER_MAX_EXT_HEADERS IPv6 extension headers, cut short, or at tc past FILTER_PULL_BYTES)
+	 */
+	UNMATCHED_UNPARSED = 3,
+	UNMATCHED_REASONS = 4,
+};
+
+/*
+ * filter_order.unparsed: what a frame counted UNMATCHED_UNPARSED gets. Zero drops: a frame the rules cannot decide
+ * never passes unless user space said so.
+ */
+enum filter_unparsed {
+	UNPARSED_DROP = 0, /* drop it */
+	UNPARSED_PASS = 1, /* pass it on */
 };
 
 /*
@@ -57,6 +81,7 @@ struct filter_abi {
 	enum filter_action filter_action;
 	enum filter_rule_flag filter_rule_flag;
 	enum filter_unmatched filter_unmatched;
+	enum filter_unparsed filter_unparsed;
 };
 static const struct filter_abi filter_abi __attribute__((section(".xdpfleet_abi"), used));
 

@@ -18,10 +18,21 @@ description:
     destination prefix, IP protocol, and source and destination port ranges. Its action is C(drop) or C(count)
     (count and pass). Each rule has per-CPU packet and byte counters. Frames no rule matches pass, counted by
     reason: C(no_rule), C(not_ip) (ARP and other non-IP frames, which rules never match) and C(malformed)."
-  - "Parsing: up to two VLAN tags (the rules match the IP packet inside), IPv4 options, and up to 4 IPv6
-    extension headers. A non-first fragment carries no ports. A rule with ports never matches it; a rule without
+  - "Parsing: up to two VLAN tags (the rules match the IP packet inside), IPv4 options, and up to 8 IPv6
+    extension headers (hop-by-hop, routing, fragment, destination options, AH); the protocol is the upper-layer
+    one behind them. A non-first fragment carries no ports. A rule with ports never matches it; a rule without
     ports (addresses, protocol) does. The first fragment carries the ports, so dropping it leaves the rest of the
-    datagram impossible to reassemble."
+    datagram impossible to reassemble. The IP total and payload lengths are not consulted: the filter parses what
+    the frame holds."
+  - "What the filter cannot parse never passes as if no rule matched. The protocol is unknown behind more than 8
+    extension headers, behind one cut short, and in a non-first IPv6 fragment whose fragment header names another
+    extension header; the ports are unknown when the TCP or UDP header is cut short before them (so a first
+    fragment too short to hold them, too). With I(hook=tc) the program reads the skb's linear part and pulls up to
+    1024 bytes in when the headers run past it; headers beyond those 1024 bytes are unknown too. For such a frame
+    the rules are tried as usual, and a rule that matches on what is known decides (a rule without protocol and
+    ports, or one whose family, addresses or known protocol differ, which is passed over); the first rule that
+    could match but needs the unknown protocol or ports ends the walk: the frame is counted C(unparsed) and gets
+    what I(unparsed) says, C(drop) by default."
   - "Changing rules writes only the difference into the maps, without reloading the program: a rule that stays
     keeps its slot and its counters; a rule added or changed goes into a free slot, counted from zero; then the new
     order is written into the idle one of two and a single word switches to it, so a frame meets either all of the
@@ -72,6 +83,15 @@ options:
     description: Allow I(mode=generic) with I(hook=xdp).
     type: bool
     default: false
+  unparsed:
+    description:
+      - "What a frame gets whose first rule that could match needs the protocol or ports the filter could not
+        reach (see the description); it is counted C(unparsed) either way. C(drop) keeps a rule such as
+        C({protocol: tcp, dst_port: 22, action: drop}) from being bypassed by a long or cut IPv6 header chain;
+        C(pass) lets such frames on, for the kernel to parse."
+    type: str
+    choices: [drop, pass]
+    default: drop
   rules:
     description:
       - "The rules, in the order they are tried (at most 128). Each has C(name) (unique, 1-31 letters, digits,
@@ -99,8 +119,8 @@ attributes:
     support: full
     description:
       - "The rules in words, before and after (C(vxlan: count udp to any port 4789)): a rule added shows as
-        C(+), one removed as C(-), one changed as a C(-)/C(+) pair. Then per interface the program before and
-        after."
+        C(+), one removed as C(-), one changed as a C(-)/C(+) pair; a changed I(unparsed) as C(unparsed frames:
+        drop). Then per interface the program before and after."
 notes:
   - "A program at tc ingress is attached through a tcx link (pinned under C(/sys/fs/bpf/xdpfleet/<name>/tc-links))
     where the kernel has tcx (Linux 6.6, told by its BTF naming C(BPF_TCX_INGRESS)). On older kernels it is a cls_bpf
@@ -169,9 +189,10 @@ problems:
   elements: str
 ansible_facts:
   description:
-    - C(xdpfleet_filter) has the filter's C(name), C(hook), C(interfaces), C(rules) (in order, each C(name),
-      C(action), C(packets), C(bytes)) and C(unmatched) (C(no_rule), C(not_ip), C(malformed), each C(packets) and
-      C(bytes)). In check mode the counters are those of the rules running now.
+    - C(xdpfleet_filter) has the filter's C(name), C(hook), C(interfaces), C(unparsed) (what unparsed frames get
+      now, C(drop) or C(pass)), C(rules) (in order, each C(name), C(action), C(packets), C(bytes)) and C(unmatched)
+      (C(no_rule), C(not_ip), C(malformed), C(unparsed), each C(packets) and C(bytes); all but C(unparsed) pass).
+      In check mode the counters are those of the rules running now.
   returned: state=present
   type: dict
   sample:
@@ -179,6 +200,7 @@ ansible_facts:
       name: filter
       hook: tc
       interfaces: [ul-a]
+      unparsed: drop
       rules:
         - {name: vxlan, action: count, packets: 24, bytes: 2976}
         - {name: discard, action: drop, packets: 0, bytes: 0}
@@ -186,6 +208,7 @@ ansible_facts:
         no_rule: {packets: 6, bytes: 612}
         not_ip: {packets: 2, bytes: 84}
         malformed: {packets: 0, bytes: 0}
+        unparsed: {packets: 0, bytes: 0}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -225,6 +248,7 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
             p["mode"],
             p["cache_dir"],
             allow_generic=p["allow_generic"],
+            unparsed=p["unparsed"],
             source=p["source"],
             include_dirs=p["include_dirs"],
             check_mode=module.check_mode,
@@ -248,6 +272,7 @@ def main() -> None:
             "hook": {"type": "str", "choices": list(fd.HOOKS), "default": "xdp"},
             "mode": {"type": "str", "choices": list(fd.XDP_MODES), "default": "native"},
             "allow_generic": {"type": "bool", "default": False},
+            "unparsed": {"type": "str", "choices": list(fd.UNPARSED), "default": "drop"},
             "rules": {"type": "list", "elements": "dict", "default": []},
             "source": {"type": "path", "default": fd.FILTER_SOURCE},
             "include_dirs": {"type": "list", "elements": "path", "default": fd.FILTER_INCLUDE_DIRS},

@@ -5,8 +5,9 @@ import ipaddress
 
 import pytest
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import abi, rules
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter.deploy import FilterError, attach_mode
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import abi, rules, writer
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter.deploy import FilterError, attach_mode, deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import xdp_before_skb
 
 
@@ -105,6 +106,23 @@ def test_encoding_masks_prefixes_in_network_order_and_sets_flags():
 def test_a_rule_read_back_from_its_encoding_reads_as_written(item):
     [rule] = rules.validate([item])
     assert rules.decode(rule.encode()) == rule
+
+
+def test_unparsed_switches_with_the_order_and_says_so():
+    """What frames the rules cannot decide get lives in the order, so a change of it alone rewrites the order."""
+    desired = rules.validate([{"name": "ssh", "action": "drop", "protocol": "tcp", "dst_port": 22}])
+    current = writer.Current(0, [writer.Installed(5, desired[0].encode())], "drop")
+    assert not writer.plan(current, desired, "filter f").changed
+    update = writer.plan(current, desired, "filter f", "pass")
+    assert update.changes.steps == ["unparsed frames: drop -> pass"] and not update.writes and update.slots == [5]
+    diff = update.changes.diff()
+    assert (diff["before"], diff["after"]) == ("unparsed frames: drop\n", "unparsed frames: pass\n")
+
+
+def test_an_unknown_unparsed_is_refused_before_anything():
+    with pytest.raises(FilterError, match=r"unparsed: 'accept' is not one of drop, pass"):
+        deploy(xp.InstancePaths("f", "/nonexistent/bpffs", "/nonexistent/state"), [], ["eth0"], "xdp", "native",
+               "/nonexistent/cache", unparsed="accept")  # fmt: skip
 
 
 def test_generic_xdp_is_refused_unless_allowed():

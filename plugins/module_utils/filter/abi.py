@@ -27,17 +27,24 @@ LIMITS = abi.Enum(
             "filter_order holds two orders: user space writes the one not in use, then switches filter_active to it",
         ),
         ("FILTER_NAME_LEN", 32, "bytes of a rule's name in filter_rules, the terminating NUL included"),
-        ("FILTER_MAX_EXT_HEADERS", 4, "IPv6 extension headers walked to find the upper-layer protocol"),
+        (
+            "FILTER_MAX_EXT_HEADERS",
+            8,
+            "IPv6 extension headers walked to find the upper-layer protocol; behind more, the protocol is unparsed",
+        ),
         (
             "FILTER_PULL_BYTES",
-            128,
-            "at tc, a frame whose headers are not all in the skb's linear part is pulled up to this many bytes",
+            1024,
+            "at tc, a frame whose headers run past the skb's linear part is pulled up to this many bytes and parsed "
+            "again; headers past them are unparsed",
         ),
     ),
 )
 FILTER_MAX_RULES = LIMITS["FILTER_MAX_RULES"]
 FILTER_GENERATIONS = LIMITS["FILTER_GENERATIONS"]
 FILTER_NAME_LEN = LIMITS["FILTER_NAME_LEN"]
+FILTER_MAX_EXT_HEADERS = LIMITS["FILTER_MAX_EXT_HEADERS"]
+FILTER_PULL_BYTES = LIMITS["FILTER_PULL_BYTES"]
 
 ACTION = abi.Enum(
     "filter_action",
@@ -71,20 +78,43 @@ RULE_PORTS = RULE_FLAG["RULE_PORTS"]
 
 UNMATCHED = abi.Enum(
     "filter_unmatched",
-    "Frames no rule matched, by reason: filter_unmatched[reason]. They all pass.",
+    "Frames no rule decided, by reason: filter_unmatched[reason]. They pass, but for unparsed ones: see "
+    "filter_unparsed.",
     (
         ("UNMATCHED_NO_RULE", 0, "an IPv4 or IPv6 packet that no rule matched"),
-        ("UNMATCHED_NOT_IP", 1, "neither IPv4 nor IPv6 (ARP, more than two VLAN tags, ...): rules match IP only"),
+        (
+            "UNMATCHED_NOT_IP",
+            1,
+            "neither IPv4 nor IPv6 (ARP, more than two VLAN tags, cut short before its EtherType, ...): rules match "
+            "IP only",
+        ),
         ("UNMATCHED_MALFORMED", 2, "an IP header cut short or with a bad version or length"),
+        (
+            "UNMATCHED_UNPARSED",
+            3,
+            "the first rule that could match needs the protocol or ports, and the filter could not reach them (behind "
+            "more than FILTER_MAX_EXT_HEADERS IPv6 extension headers, cut short, or at tc past FILTER_PULL_BYTES)",
+        ),
     ),
     count="UNMATCHED_REASONS",
 )
 UNMATCHED_REASONS = tuple(UNMATCHED.labels("UNMATCHED_").values())  # the counters' names, by reason number
+
+UNPARSED = abi.Enum(
+    "filter_unparsed",
+    "filter_order.unparsed: what a frame counted UNMATCHED_UNPARSED gets. Zero drops: a frame the rules cannot "
+    "decide never passes unless user space said so.",
+    (
+        ("UNPARSED_DROP", 0, "drop it"),
+        ("UNPARSED_PASS", 1, "pass it on"),
+    ),
+)
+UNPARSED_ACTIONS = {"drop": UNPARSED["UNPARSED_DROP"], "pass": UNPARSED["UNPARSED_PASS"]}
 
 ABI = abi.Abi(
     name="filter",
     header="bpf/filter/filter_abi.h",
     source="plugins/module_utils/filter/abi.py",
     doc="The packet filter's limits and enums, shared by the data plane and user space.",
-    enums=(LIMITS, ACTION, RULE_FLAG, UNMATCHED),
+    enums=(LIMITS, ACTION, RULE_FLAG, UNMATCHED, UNPARSED),
 )

@@ -16,12 +16,13 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import feature
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import LayoutMismatch
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import layouts, needs, rules, writer
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import abi, layouts, needs, rules, writer
 
 FILTER_SOURCE = "/var/lib/xdpfleet/src/filter/filter.c"
 FILTER_INCLUDE_DIRS = ["/var/lib/xdpfleet/src/include"]
 HOOKS = ("xdp", "tc")
 XDP_MODES = ("native", "generic")
+UNPARSED = tuple(abi.UNPARSED_ACTIONS)  # what frames the rules cannot decide get: drop (the default) or pass
 
 
 class FilterError(RuntimeError):
@@ -76,15 +77,18 @@ def deploy(
     cache_dir: str,
     *,
     allow_generic: bool = False,
+    unparsed: str = "drop",
     source: str = FILTER_SOURCE,
     include_dirs: list[str] | None = None,
     check_mode: bool = False,
     build_dir: str | None = None,
 ) -> dict:
-    """Make the filter instance match: these rules, at this hook, on these interfaces. Returns the module result
-    (changed, changes, program, counters, diff). Raises FilterError; nothing on the host changed unless the message
-    says otherwise."""
+    """Make the filter instance match: these rules, at this hook, on these interfaces, and `unparsed` for the frames
+    the rules cannot decide (bpf/filter/filter.h). Returns the module result (changed, changes, program, counters,
+    diff). Raises FilterError; nothing on the host changed unless the message says otherwise."""
     include_dirs = FILTER_INCLUDE_DIRS if include_dirs is None else include_dirs
+    if unparsed not in UNPARSED:
+        raise FilterError(f"unparsed: {unparsed!r} is not one of {', '.join(UNPARSED)}")
     try:
         desired = rules.validate(rule_items)
     except rules.RulesError as exc:
@@ -112,11 +116,11 @@ def deploy(
             raise FilterError(str(exc)) from exc
         maps = writer.typed({name: instance.obj.map(name) for name in layouts.MAP_NAMES})
         try:
-            update = writer.plan(writer.read(maps), desired, header)
+            update = writer.plan(writer.read(maps), desired, header, unparsed)
         except writer.DoesNotFit as exc:
             raise FilterError(f"the rules do not fit the data plane, nothing was changed: {exc}") from exc
         record = xp.state_record(instance, interfaces, source, object_path, {"include_dirs": include_dirs})
-        record["filter"] = {"rules": rule_items, "hook": hook}
+        record["filter"] = {"rules": rule_items, "hook": hook, "unparsed": unparsed}
         try:
             with xp.recording(paths, record, check_mode) as recorded:
                 if not check_mode:

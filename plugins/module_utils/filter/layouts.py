@@ -37,7 +37,12 @@ class FilterRule(ctypes.Structure):
 
 
 class FilterOrder(ctypes.Structure):
-    _fields_ = [("count", ctypes.c_uint32), ("slot", ctypes.c_uint16 * FILTER_MAX_RULES), ("pad", ctypes.c_uint16)]
+    _fields_ = [
+        ("count", ctypes.c_uint32),
+        ("slot", ctypes.c_uint16 * FILTER_MAX_RULES),
+        ("unparsed", ctypes.c_uint8),  # abi.UNPARSED: the order's rules and this switch together
+        ("pad", ctypes.c_uint8),
+    ]
 
 
 class FilterCounter(ctypes.Structure):
@@ -48,7 +53,7 @@ LAYOUTS = {
     layout.map_name: layout
     for layout in (
         MapLayout("filter_rules", ctypes.c_uint32, FilterRule, ABI),
-        MapLayout("filter_order", ctypes.c_uint32, FilterOrder),
+        MapLayout("filter_order", ctypes.c_uint32, FilterOrder, ABI),
         MapLayout("filter_active", ctypes.c_uint32, ctypes.c_uint32),
         MapLayout("filter_counters", ctypes.c_uint32, FilterCounter),
         MapLayout("filter_unmatched", ctypes.c_uint32, FilterCounter, ABI),

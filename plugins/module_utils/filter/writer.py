@@ -5,9 +5,10 @@
 The maps (bpf/filter/filter.h says why): filter_rules[slot], filter_counters[slot], filter_order[generation] (the
 slots in rule order) and filter_active[0] (the generation in use). What the maps hold now is read from the active
 order; a rule that stays as it is keeps its slot and its counters. A rule added or changed is written into a slot
-no active rule uses, its counters zeroed first; then the new order goes into the idle generation and one word
-switches to it. Until that switch the data plane runs the old rules untouched, so a failed write changes nothing,
-and a frame sees either all of the old rules or all of the new ones.
+no active rule uses, its counters zeroed first; then the new order (with its unparsed: what frames the rules
+cannot decide get) goes into the idle generation and one word switches to it. Until that switch the data plane runs
+the old rules untouched, so a failed write changes nothing, and a frame sees either all of the old rules or all of
+the new ones.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Installed:
 class Current:
     generation: int
     rules: list[Installed]
+    unparsed: str  # "drop" or "pass": what frames the rules cannot decide get (abi.UNPARSED_ACTIONS)
 
 
 @dataclass
@@ -56,6 +58,7 @@ class Update:
 
     current: Current
     desired: list[Rule]
+    unparsed: str
     slots: list[int] = field(default_factory=list)  # the desired rules' slots, in rule order
     writes: dict[int, FilterRule] = field(default_factory=dict)  # slot -> rule, for rules added or changed
     changes: Changes = field(default_factory=lambda: Changes("filter"))
@@ -76,12 +79,16 @@ def read(maps: dict[str, TypedMap]) -> Current:
     for n in range(min(order.count, abi.FILTER_MAX_RULES)):
         slot = order.slot[n]
         rules.append(Installed(slot, maps["filter_rules"].get(slot)))
-    return Current(generation, rules)
+    return Current(generation, rules, _UNPARSED_NAMES.get(order.unparsed, f"unparsed {order.unparsed}"))
 
 
-def plan(current: Current, desired: list[Rule], header: str) -> Update:
-    """The update from what the maps hold to `desired`."""
-    update = Update(current, desired, changes=Changes(header))
+_UNPARSED_NAMES = {number: name for name, number in abi.UNPARSED_ACTIONS.items()}
+
+
+def plan(current: Current, desired: list[Rule], header: str, unparsed: str = "drop") -> Update:
+    """The update from what the maps hold to `desired` rules, and to `unparsed` (drop or pass) for the frames
+    they cannot decide."""
+    update = Update(current, desired, unparsed, changes=Changes(header))
     by_name = {installed.name: installed for installed in current.rules}
     in_use = {installed.slot for installed in current.rules}
     free = [slot for slot in range(abi.FILTER_MAX_RULES) if slot not in in_use]
@@ -120,6 +127,13 @@ def plan(current: Current, desired: list[Rule], header: str) -> Update:
             before=f"order: {', '.join(i.name for i in current.rules)}",
             after=f"order: {order}",
         )
+    if unparsed != current.unparsed:
+        update.changes.add(
+            f"unparsed frames: {current.unparsed} -> {unparsed}",
+            key="unparsed frames",
+            before=f"unparsed frames: {current.unparsed}",
+            after=f"unparsed frames: {unparsed}",
+        )
     return update
 
 
@@ -132,7 +146,7 @@ def apply(maps: dict[str, TypedMap], update: Update) -> None:
     for slot, value in update.writes.items():
         maps["filter_counters"].set(slot, zero)
         maps["filter_rules"].set(slot, value)
-    order = FilterOrder(count=len(update.slots))
+    order = FilterOrder(count=len(update.slots), unparsed=abi.UNPARSED_ACTIONS[update.unparsed])
     for n, slot in enumerate(update.slots):
         order.slot[n] = slot
     idle = (update.current.generation + 1) % abi.FILTER_GENERATIONS
@@ -145,9 +159,11 @@ def _summed(per_cpu: list[FilterCounter]) -> dict:
 
 
 def counters(maps: dict[str, TypedMap]) -> dict:
-    """The active rules' counters in rule order, and the frames no rule matched by reason."""
+    """The active rules' counters in rule order, the frames no rule decided by reason, and what unparsed frames
+    get."""
     current = read(maps)
     return {
+        "unparsed": current.unparsed,
         "rules": [
             {
                 "name": installed.name,

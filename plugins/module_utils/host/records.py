@@ -265,6 +265,7 @@ def _restore_filter(
             record.get("mode", "native") if hook == "xdp" else "native",
             host.cache_dir,
             allow_generic=True,  # it was allowed when the record was written
+            unparsed=record["filter"].get("unparsed", "drop"),
             source=record.get("source") or filter_deploy.FILTER_SOURCE,
             include_dirs=(record.get("build") or {}).get("include_dirs"),
             check_mode=check_mode,

@@ -110,7 +110,7 @@ def add_vtep(out: Families, name: str, counters: dict) -> None:
 
 
 def add_filter(out: Families, name: str, counters: dict) -> None:
-    """filter_deploy.read_counters()'s counters: per rule (in rule order) and frames no rule matched, by reason."""
+    """filter_deploy.read_counters()'s counters: per rule (in rule order) and frames no rule decided, by reason."""
     for unit in ("packets", "bytes"):
         rules = out.counter(
             f"xdpfleet_filter_rule_{unit}_total", f"Packet filter: {unit} each rule matched (its action: count, drop)."
@@ -118,7 +118,8 @@ def add_filter(out: Families, name: str, counters: dict) -> None:
         for rule in counters["rules"]:
             rules.add(rule[unit], filter=name, rule=rule["name"], action=rule["action"])
         unmatched = out.counter(
-            f"xdpfleet_filter_unmatched_{unit}_total", f"Packet filter: {unit} no rule matched (they pass), by reason."
+            f"xdpfleet_filter_unmatched_{unit}_total",
+            f"Packet filter: {unit} no rule decided, by reason (they pass; unparsed: as the filter's unparsed says).",
         )
         for reason, counted in counters["unmatched"].items():
             unmatched.add(counted[unit], filter=name, reason=reason)
