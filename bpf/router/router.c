@@ -37,6 +37,7 @@
 #define RT_AF_INET6 10
 #define RT_IPV6_FLOWINFO_MASK bpf_htonl(0x0fffffff)
 #define RT_NEXTHDR_HOP 0
+#define RT_IPV6_LOOPBACK_LOW bpf_htonl(1)
 
 struct router_counter {
 	__u64 packets;
@@ -114,6 +115,27 @@ static __always_inline int redirect(struct xdp_md *ctx, struct ethhdr *eth, stru
 	return bpf_redirect_map(&router_ports, params->ifindex, 0);
 }
 
+/* Addresses the kernel checks itself before it forwards (martian sources and destinations, multicast, broadcast,
+ * link-local), and bpf_fib_lookup does not: 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4 and
+ * 255.255.255.255. A frame from or to one of them goes to the kernel, which drops, delivers or forwards it. */
+static __always_inline int ipv4_kernel_only(__be32 addr)
+{
+	__u32 host = bpf_ntohl(addr);
+
+	return host >> 24 == 0 || host >> 24 == 127 || host >> 16 == 0xa9fe || host >> 28 == 0xe || host == 0xffffffff;
+}
+
+/* The same for IPv6: ::, ::1, fe80::/10 and ff00::/8. */
+static __always_inline int ipv6_kernel_only(const struct in6_addr *addr)
+{
+	const __be32 *word = addr->in6_u.u6_addr32;
+	__u32 first = bpf_ntohl(word[0]);
+
+	if (first >> 24 == 0xff || (first & 0xffc00000) == 0xfe800000)
+		return 1;
+	return !word[0] && !word[1] && !word[2] && (!word[3] || word[3] == RT_IPV6_LOOPBACK_LOW);
+}
+
 static __always_inline int route_ipv4(struct xdp_md *ctx, struct xf_cursor *cur, void *data_end, struct ethhdr *eth)
 {
 	struct bpf_fib_lookup params = {};
@@ -122,6 +144,8 @@ static __always_inline int route_ipv4(struct xdp_md *ctx, struct xf_cursor *cur,
 
 	if (xf_parse_iphdr(cur, data_end, &iph) < 0)
 		return pass(ctx, RT_PASS_MALFORMED);
+	if (ipv4_kernel_only(iph->saddr) || ipv4_kernel_only(iph->daddr))
+		return pass(ctx, RT_PASS_SPECIAL_ADDR);
 	if (iph->ihl != 5)
 		return pass(ctx, RT_PASS_OPTIONS);
 	if (iph->ttl <= 1)
@@ -152,6 +176,8 @@ static __always_inline int route_ipv6(struct xdp_md *ctx, struct xf_cursor *cur,
 
 	if (xf_parse_ip6hdr(cur, data_end, &ip6h) < 0)
 		return pass(ctx, RT_PASS_MALFORMED);
+	if (ipv6_kernel_only(&ip6h->saddr) || ipv6_kernel_only(&ip6h->daddr))
+		return pass(ctx, RT_PASS_SPECIAL_ADDR);
 	if (ip6h->nexthdr == RT_NEXTHDR_HOP)
 		return pass(ctx, RT_PASS_OPTIONS);
 	if (ip6h->hop_limit <= 1)

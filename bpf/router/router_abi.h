@@ -29,7 +29,12 @@ enum router_verdict {
 	RT_PASS_FWD_DISABLED = 11, /* forwarding is off on the ingress interface (sysctl) */
 	RT_PASS_NOT_PORT = 12, /* routed out of an interface that is not one of the router's ports */
 	RT_PASS_FIB_OTHER = 13, /* any other FIB lookup result (a lightweight tunnel route, no source address) */
-	RT_VERDICTS = 14,
+	/*
+	 * from or to an address the kernel checks itself and bpf_fib_lookup does not: loopback, unspecified, link-
+	 * local, multicast, broadcast (martians, ND, MLD)
+	 */
+	RT_PASS_SPECIAL_ADDR = 14,
+	RT_VERDICTS = 15,
 };
 
 /* The router's limits, as its maps hold them. */
