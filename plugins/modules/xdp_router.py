@@ -19,9 +19,11 @@ description:
     the ports. A route out of any other interface is left to the kernel.
   - Everything else goes to the kernel unchanged, which forwards, answers or drops it as it would without XDP. That
     is ARP and ND, TTL or hop limit 1 (the kernel sends ICMP time exceeded), IPv4 options and IPv6 hop-by-hop
-    headers, frames for this host, a next hop without a neighbour entry yet (the kernel resolves it and the next
-    frames are forwarded in XDP), frames over the egress MTU, and VLAN-tagged frames. IPv4 fragments are forwarded
-    like any packet.
+    headers, frames for this host or sent to a broadcast or multicast MAC, a next hop without a neighbour entry yet
+    (the kernel resolves it and the next frames are forwarded in XDP), frames over the egress MTU, VLAN-tagged
+    frames, and what the kernel drops on input (a wrong IPv4 header checksum, an IP length past the frame). IPv4
+    fragments are forwarded like any packet; bytes past the IP length (Ethernet padding) are trimmed, as the
+    kernel does.
   - Frames from or to an address the kernel checks itself before forwarding, and C(bpf_fib_lookup) does not, are
     never forwarded in XDP and go to the kernel, counted C(pass_special_addr). That is 0.0.0.0/8, 127.0.0.0/8,
     169.254.0.0/16, 224.0.0.0/4 and 255.255.255.255, and ::, ::1, fe80::/10 and ff00::/8, as source or
