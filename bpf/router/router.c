@@ -8,14 +8,18 @@
  * the router's ports, gets its TTL / hop limit decremented (IPv4 checksum updated incrementally), the next hop's
  * and the egress port's MACs, and is redirected out of that port through router_ports.
  *
+ * Bytes past the IP packet's length (Ethernet padding) are trimmed first, as the kernel's forwarding does.
+ *
  * Everything else goes to the kernel unchanged (XDP_PASS), which forwards, answers or drops it as it would without
  * XDP: ARP and ND (non-IP, or ICMPv6 for this host), TTL expiry (the kernel sends ICMP time exceeded), IPv4 options
- * and IPv6 hop-by-hop headers, frames for this host, broadcast, multicast and link-local, next hops without a
- * neighbour entry yet (the kernel resolves them; the next frames are forwarded here), frames over the egress MTU
- * (the kernel fragments or sends ICMP too big), VLAN-tagged frames, and routes out of interfaces that are not
- * router ports. Fragments are forwarded like any packet: routing reads no L4 header.
+ * and IPv6 hop-by-hop headers, frames for this host, broadcast, multicast and link-local (by MAC, or by an
+ * address the kernel checks itself: loopback, unspecified, martians), an IPv4 header checksum that is wrong or an IP
+ * length past the frame (the kernel drops those), next hops without a neighbour entry yet (the kernel resolves
+ * them; the next frames are forwarded here), frames over the egress MTU (the kernel fragments or sends ICMP too
+ * big), VLAN-tagged frames, and routes out of interfaces that are not router ports. Fragments are forwarded like
+ * any packet: routing reads no L4 header.
  *
- * The destination MAC is not checked: a port is expected to receive only frames for it, as a NIC does outside
+ * A unicast destination MAC is not checked against the port's: a port is expected to receive only frames for it, as a NIC does outside
  * promiscuous mode (the kernel drops the others as PACKET_OTHERHOST; this router would route them).
  *
  * Maps:
@@ -37,6 +41,7 @@
 #define RT_AF_INET6 10
 #define RT_IPV6_FLOWINFO_MASK bpf_htonl(0x0fffffff)
 #define RT_NEXTHDR_HOP 0
+#define RT_IPV6_LOOPBACK_LOW bpf_htonl(1)
 
 struct router_counter {
 	__u64 packets;
@@ -105,6 +110,16 @@ static __always_inline int egress_is_port(struct bpf_fib_lookup *params)
 	return bpf_map_lookup_elem(&router_ports, &ifindex) != NULL;
 }
 
+/* Bytes past the IP packet's own length (Ethernet padding of a short packet, or trailing garbage): the kernel trims
+ * them before it forwards (ip_rcv_core, ip6_rcv_core), so a frame forwarded here loses them too. Returns the Ethernet
+ * header again (the frame's pointers change), NULL if the frame cannot be trimmed. */
+static __always_inline struct ethhdr *trim(struct xdp_md *ctx, int extra)
+{
+	if (extra > 0 && bpf_xdp_adjust_tail(ctx, -extra))
+		return NULL;
+	return (void *)(long)ctx->data;
+}
+
 static __always_inline int redirect(struct xdp_md *ctx, struct ethhdr *eth, struct bpf_fib_lookup *params,
 				    enum router_verdict verdict)
 {
@@ -114,16 +129,44 @@ static __always_inline int redirect(struct xdp_md *ctx, struct ethhdr *eth, stru
 	return bpf_redirect_map(&router_ports, params->ifindex, 0);
 }
 
+/* Addresses the kernel checks itself before it forwards (martian sources and destinations, multicast, broadcast,
+ * link-local), and bpf_fib_lookup does not: 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4 and
+ * 255.255.255.255. A frame from or to one of them goes to the kernel, which drops, delivers or forwards it. */
+static __always_inline int ipv4_kernel_only(__be32 addr)
+{
+	__u32 host = bpf_ntohl(addr);
+
+	return host >> 24 == 0 || host >> 24 == 127 || host >> 16 == 0xa9fe || host >> 28 == 0xe || host == 0xffffffff;
+}
+
+/* The same for IPv6: ::, ::1, fe80::/10 and ff00::/8. */
+static __always_inline int ipv6_kernel_only(const struct in6_addr *addr)
+{
+	const __be32 *word = addr->in6_u.u6_addr32;
+	__u32 first = bpf_ntohl(word[0]);
+
+	if (first >> 24 == 0xff || (first & 0xffc00000) == 0xfe800000)
+		return 1;
+	return !word[0] && !word[1] && !word[2] && (!word[3] || word[3] == RT_IPV6_LOOPBACK_LOW);
+}
+
 static __always_inline int route_ipv4(struct xdp_md *ctx, struct xf_cursor *cur, void *data_end, struct ethhdr *eth)
 {
 	struct bpf_fib_lookup params = {};
 	struct iphdr *iph;
-	int rc;
+	int rc, extra;
 
 	if (xf_parse_iphdr(cur, data_end, &iph) < 0)
 		return pass(ctx, RT_PASS_MALFORMED);
+	if (ipv4_kernel_only(iph->saddr) || ipv4_kernel_only(iph->daddr))
+		return pass(ctx, RT_PASS_SPECIAL_ADDR);
 	if (iph->ihl != 5)
 		return pass(ctx, RT_PASS_OPTIONS);
+	/* What the kernel drops before it routes (ip_rcv_core): a wrong header checksum, a total length below the
+	 * header or past the frame. */
+	extra = (int)(data_end - (void *)iph) - (int)bpf_ntohs(iph->tot_len);
+	if (xf_ipv4_csum(iph, data_end) != iph->check || bpf_ntohs(iph->tot_len) < sizeof(*iph) || extra < 0)
+		return pass(ctx, RT_PASS_MALFORMED);
 	if (iph->ttl <= 1)
 		return pass(ctx, RT_PASS_TTL);
 
@@ -140,6 +183,10 @@ static __always_inline int route_ipv4(struct xdp_md *ctx, struct xf_cursor *cur,
 		return pass(ctx, fib_verdict(rc));
 	if (!egress_is_port(&params))
 		return pass(ctx, RT_PASS_NOT_PORT);
+	eth = trim(ctx, extra);
+	if (!eth || (void *)(eth + 1) + sizeof(*iph) > (void *)(long)ctx->data_end)
+		return XDP_ABORTED; /* cannot happen: the frame was this long before it was trimmed */
+	iph = (void *)(eth + 1);
 	xf_ipv4_decrement_ttl(iph);
 	return redirect(ctx, eth, &params, RT_FORWARDED_V4);
 }
@@ -148,12 +195,18 @@ static __always_inline int route_ipv6(struct xdp_md *ctx, struct xf_cursor *cur,
 {
 	struct bpf_fib_lookup params = {};
 	struct ipv6hdr *ip6h;
-	int rc;
+	int rc, extra;
 
 	if (xf_parse_ip6hdr(cur, data_end, &ip6h) < 0)
 		return pass(ctx, RT_PASS_MALFORMED);
+	if (ipv6_kernel_only(&ip6h->saddr) || ipv6_kernel_only(&ip6h->daddr))
+		return pass(ctx, RT_PASS_SPECIAL_ADDR);
 	if (ip6h->nexthdr == RT_NEXTHDR_HOP)
 		return pass(ctx, RT_PASS_OPTIONS);
+	/* A payload past the frame: the kernel drops it (ip6_rcv_core). */
+	extra = (int)(data_end - (void *)(ip6h + 1)) - (int)bpf_ntohs(ip6h->payload_len);
+	if (extra < 0)
+		return pass(ctx, RT_PASS_MALFORMED);
 	if (ip6h->hop_limit <= 1)
 		return pass(ctx, RT_PASS_TTL);
 
@@ -170,6 +223,10 @@ static __always_inline int route_ipv6(struct xdp_md *ctx, struct xf_cursor *cur,
 		return pass(ctx, fib_verdict(rc));
 	if (!egress_is_port(&params))
 		return pass(ctx, RT_PASS_NOT_PORT);
+	eth = trim(ctx, extra);
+	if (!eth || (void *)(eth + 1) + sizeof(*ip6h) > (void *)(long)ctx->data_end)
+		return XDP_ABORTED; /* cannot happen: the frame was this long before it was trimmed */
+	ip6h = (void *)(eth + 1);
 	ip6h->hop_limit--;
 	return redirect(ctx, eth, &params, RT_FORWARDED_V6);
 }
@@ -188,6 +245,9 @@ int xdp_router(struct xdp_md *ctx)
 		return pass(ctx, RT_PASS_MALFORMED);
 	if (eth->h_proto != (__be16)proto)
 		return pass(ctx, RT_PASS_VLAN);
+	/* Sent to a group (broadcast or multicast MAC): the kernel never forwards it (not PACKET_HOST). */
+	if (eth->h_dest[0] & 1)
+		return pass(ctx, RT_PASS_LOCAL);
 	if (proto == bpf_htons(ETH_P_IP))
 		return route_ipv4(ctx, &cur, data_end, eth);
 	if (proto == bpf_htons(ETH_P_IPV6))

@@ -19,7 +19,11 @@ enum router_verdict {
 	RT_FORWARDED_V6 = 1, /* IPv6 routed by the kernel's FIB, hop limit decremented, redirected out of a port */
 	RT_PASS_NOT_IP = 2, /* neither IPv4 nor IPv6 (ARP among others: the kernel answers it) */
 	RT_PASS_VLAN = 3, /* an 802.1Q/802.1ad tagged frame */
-	RT_PASS_MALFORMED = 4, /* an IP header that is cut short or invalid */
+	/*
+	 * an IP header cut short or invalid, a wrong IPv4 header checksum, or an IP length past the frame (the kernel
+	 * drops it)
+	 */
+	RT_PASS_MALFORMED = 4,
 	RT_PASS_TTL = 5, /* TTL or hop limit <= 1: the kernel sends ICMP time exceeded */
 	RT_PASS_OPTIONS = 6, /* IPv4 options or an IPv6 hop-by-hop header: the kernel processes them */
 	RT_PASS_LOCAL = 7, /* not forwarded: for this host, broadcast, multicast or link-local (FIB: not forwarded) */
@@ -29,7 +33,12 @@ enum router_verdict {
 	RT_PASS_FWD_DISABLED = 11, /* forwarding is off on the ingress interface (sysctl) */
 	RT_PASS_NOT_PORT = 12, /* routed out of an interface that is not one of the router's ports */
 	RT_PASS_FIB_OTHER = 13, /* any other FIB lookup result (a lightweight tunnel route, no source address) */
-	RT_VERDICTS = 14,
+	/*
+	 * from or to an address the kernel checks itself and bpf_fib_lookup does not: loopback, unspecified, link-
+	 * local, multicast, broadcast (martians, ND, MLD)
+	 */
+	RT_PASS_SPECIAL_ADDR = 14,
+	RT_VERDICTS = 15,
 };
 
 /* The router's limits, as its maps hold them. */

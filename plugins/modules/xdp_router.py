@@ -19,13 +19,26 @@ description:
     the ports. A route out of any other interface is left to the kernel.
   - Everything else goes to the kernel unchanged, which forwards, answers or drops it as it would without XDP. That
     is ARP and ND, TTL or hop limit 1 (the kernel sends ICMP time exceeded), IPv4 options and IPv6 hop-by-hop
-    headers, frames for this host, broadcast, multicast and link-local, a next hop without a neighbour entry yet
-    (the kernel resolves it and the next frames are forwarded in XDP), frames over the egress MTU, and VLAN-tagged
-    frames. IPv4 fragments are forwarded like any packet.
+    headers, frames for this host or sent to a broadcast or multicast MAC, a next hop without a neighbour entry yet
+    (the kernel resolves it and the next frames are forwarded in XDP), frames over the egress MTU, VLAN-tagged
+    frames, and what the kernel drops on input (a wrong IPv4 header checksum, an IP length past the frame). IPv4
+    fragments are forwarded like any packet; bytes past the IP length (Ethernet padding) are trimmed, as the
+    kernel does.
+  - Frames from or to an address the kernel checks itself before forwarding, and C(bpf_fib_lookup) does not, are
+    never forwarded in XDP and go to the kernel, counted C(pass_special_addr). That is 0.0.0.0/8, 127.0.0.0/8,
+    169.254.0.0/16, 224.0.0.0/4 and 255.255.255.255, and ::, ::1, fe80::/10 and ff00::/8, as source or
+    destination.
   - The kernel must forward on every port (C(net.ipv4.conf.<port>.forwarding), and for IPv6
     C(net.ipv6.conf.<port>.forwarding) unless IPv6 is disabled on the port). The FIB lookup answers "forwarding
     disabled" otherwise, and the router would hand every frame to a kernel that does not forward it either. Such
     a host is refused before anything changes, naming the sysctl.
+  - A frame forwarded in XDP does not go through the kernel's IP stack. It passes no netfilter hook (no
+    prerouting, forward or postrouting chain, no netdev ingress or egress chain on a port, so no filtering, NAT or
+    connection tracking) and no reverse-path filter (C(rp_filter)). So unless I(bypass_forwarding_rules) is set,
+    the module reads the host's rules before anything changes (also in check mode) and refuses a host where they
+    would decide. That is an nftables base chain on those hooks with rules or a policy other than accept (read with
+    C(nft -j list ruleset), which shows iptables-nft's rules too), a legacy iptables table, or
+    C(net.ipv4.conf.all.rp_filter) or C(net.ipv4.conf.<port>.rp_filter) not 0. The message names each finding.
   - Counters per verdict (forwarded, or why the frame went to the kernel) are returned as facts.
   - The state file records the ports, so M(xdpfleet.fabric.xdp_restore) brings the router back, devmap included,
     and M(xdpfleet.fabric.xdp_teardown) removes it.
@@ -35,6 +48,7 @@ author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
   - Linux 5.15 or newer, libbpf.so.1, bpffs at /sys/fs/bpf; clang when compiling I(source)
+  - nft (nftables) to read the host's netfilter rules, unless I(bypass_forwarding_rules) is set
 options:
   name:
     description:
@@ -59,6 +73,17 @@ options:
     type: str
     choices: [native, generic]
     default: native
+  bypass_forwarding_rules:
+    description:
+      - Attach even where the host's netfilter rules on the forwarding path or C(rp_filter) apply to forwarded
+        frames, and forward in XDP past them. What the user gives up, for every frame the router forwards in XDP
+        (frames it hands to the kernel still get all of them), is the filtering of the forward chain, NAT and
+        connection tracking (frames leave un-NATed, replies of NATed flows miss their state), the rules of the
+        prerouting and postrouting chains and of a port's netdev chains, and the source check of C(rp_filter)
+        (spoofed sources are forwarded).
+      - Recorded in the state file, so M(xdpfleet.fabric.xdp_restore) makes the same choice.
+    type: bool
+    default: false
   source:
     description: C source of the data plane on the host (the M(xdpfleet.fabric.xdp_host) role copies it there).
     type: path
@@ -71,7 +96,9 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Checks the interfaces and forwarding, compiles, loads and computes the difference; changes nothing.
+    description:
+      - Checks the interfaces, forwarding and the forwarding path's rules, compiles, loads and computes the
+        difference; changes nothing.
   diff_mode:
     support: full
     description: The ports in the devmap (C(port p1 (ifindex 5))) and the program on each port, before and after.
@@ -114,13 +141,14 @@ program:
   sample: {p1: attach, p2: attach}
 ansible_facts:
   description:
-    - C(xdpfleet_router) has the instance's C(name), C(interfaces), C(mode), the C(prog_id) its ports run, and
-      C(counters), packets and bytes per verdict summed over the CPUs, read after the change.
+    - C(xdpfleet_router) has the instance's C(name), C(interfaces), C(mode), C(bypass_forwarding_rules), the
+      C(prog_id) its ports run, and C(counters), packets and bytes per verdict summed over the CPUs, read after the
+      change.
     - "Verdicts: C(forwarded_v4) and C(forwarded_v6) (forwarded in XDP), and the frames handed to the kernel:
       C(pass_not_ip), C(pass_vlan), C(pass_malformed), C(pass_ttl), C(pass_options), C(pass_local) (for this
       host, broadcast, multicast, link-local), C(pass_no_route), C(pass_no_neigh), C(pass_mtu),
-      C(pass_fwd_disabled), C(pass_not_port) (routed out of an interface that is not a port) and
-      C(pass_fib_other)."
+      C(pass_fwd_disabled), C(pass_not_port) (routed out of an interface that is not a port),
+      C(pass_fib_other) and C(pass_special_addr) (from or to an address the kernel checks itself)."
   returned: state=present
   type: dict
   sample:
@@ -128,6 +156,7 @@ ansible_facts:
       name: router
       interfaces: [p1, p2]
       mode: native
+      bypass_forwarding_rules: false
       prog_id: 1234
       counters:
         forwarded_v4: {packets: 40, bytes: 3920}
@@ -150,6 +179,7 @@ def main() -> None:
             "mode": {"type": "str", "choices": list(rd.MODES), "default": "native"},
             "source": {"type": "path", "default": rd.ROUTER_SOURCE},
             "include_dirs": {"type": "list", "elements": "path", "default": rd.ROUTER_INCLUDE_DIRS},
+            "bypass_forwarding_rules": {"type": "bool", "default": False},
             **xp.HOST_PATHS_ARGUMENT_SPEC,
         },
         required_if=[("state", "present", ["interfaces"])],
@@ -172,6 +202,7 @@ def main() -> None:
             p["include_dirs"],
             check_mode=module.check_mode,
             build_dir=module.tmpdir if module.check_mode else None,
+            bypass_forwarding_rules=p["bypass_forwarding_rules"],
         )
     except rd.RouterError as exc:
         module.fail_json(msg=str(exc))

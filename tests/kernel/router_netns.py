@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
+import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from vtep_netns import netns, sh
@@ -87,11 +90,34 @@ class RouterNetns:
         with netns(self.ns["r"]):
             yield
 
-    def deploy(self, interfaces=PORTS, mode: str = "native", check_mode: bool = False) -> dict:
+    def deploy(
+        self, interfaces=PORTS, mode: str = "native", check_mode: bool = False, bypass_forwarding_rules: bool = False
+    ) -> dict:
         with self.inside():
             return deploy.deploy(
-                self.paths, list(interfaces), mode, self.cache_dir, SOURCE, INCLUDE_DIRS, check_mode=check_mode
-            )
+                self.paths, list(interfaces), mode, self.cache_dir, SOURCE, INCLUDE_DIRS, check_mode=check_mode,
+                bypass_forwarding_rules=bypass_forwarding_rules,
+            )  # fmt: skip
+
+    def mac(self, node: str, ifname: str) -> bytes:
+        return bytes.fromhex(self.exec(node, "cat", f"/sys/class/net/{ifname}/address").stdout.strip().replace(":", ""))
+
+    def packet_socket(self, node: str, ifname: str) -> socket.socket:
+        """A raw socket on the node's interface that sends frames and receives every frame it sees (ETH_P_ALL)."""
+        with netns(self.ns[node]):
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+        sock.bind((ifname, 0))
+        return sock
+
+    @staticmethod
+    def received(sock: socket.socket, marker: bytes, seconds: float = 0.5) -> list[bytes]:
+        """The frames holding `marker` the socket receives within `seconds`."""
+        frames, end = [], time.monotonic() + seconds
+        while select.select([sock], [], [], max(0.0, end - time.monotonic()))[0]:
+            frame, (_, _, pkttype, *_) = sock.recvfrom(65536)
+            if marker in frame and pkttype != socket.PACKET_OUTGOING:
+                frames.append(frame)
+        return frames
 
     def remove(self) -> None:
         with self.inside():

@@ -40,7 +40,7 @@ def forwarded_by_kernel(lab) -> int:
 
 
 # What the namespaces' own IPv6 control traffic (ND, MLD reports with a hop-by-hop header) may add at any time.
-CONTROL = ("pass_not_ip", "pass_local", "pass_options")
+CONTROL = ("pass_not_ip", "pass_local", "pass_options", "pass_special_addr")
 
 
 def delta(before: dict, after: dict) -> dict:
@@ -147,3 +147,122 @@ def test_only_the_routers_ports_are_egress_ports(router):
     finally:
         both = router.deploy()
     assert both["changes"][0] == "+ port p2 (ifindex 3)" and both["program"]["p2"] == "attach", both
+
+
+MARKER = b"xr-martian-probe"
+
+
+def udp_frame(lab, src: str, dst: str) -> bytes:
+    """A UDP datagram from e1 to r's p1, with the marker; built by scapy (the kernel computes nothing here)."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+
+    ip = IPv6(src=src, dst=dst) if ":" in dst else IP(src=src, dst=dst)
+    return bytes(Ether(src=lab.mac("e1", "eth0"), dst=lab.mac("r", "p1")) / ip / UDP(sport=9, dport=9) / MARKER)
+
+
+@pytest.mark.parametrize(
+    "src,dst,kernel_forwards",
+    [
+        ("127.0.0.2", E2_V4, False),  # a martian source: the kernel drops it
+        ("169.254.1.1", E2_V4, True),  # link-local: the kernel forwards it, XDP leaves that to it
+        ("198.51.100.66", "224.1.1.1", False),  # multicast, routed by a default route in the FIB
+        ("198.51.100.66", "255.255.255.255", False),  # limited broadcast, the same
+        ("fe80::5", E2_V6, False),  # the kernel answers "beyond scope of source address"
+        ("::", E2_V6, False),
+    ],
+)
+def test_a_martian_or_link_local_frame_goes_to_the_kernel(router, src, dst, kernel_forwards):
+    """bpf_fib_lookup checks no source, and routes multicast and broadcast destinations like unicast: such frames
+    are the kernel's, counted pass_special_addr; what reaches e2 is what the kernel forwards without XDP."""
+    router.exec("r", "ip", "route", "add", "default", "via", E2_V4)
+    tx, rx = router.packet_socket("e1", "eth0"), router.packet_socket("e2", "eth0")
+    try:
+        assert ping(router, "e1", E2_V6 if ":" in dst else E2_V4, count=1).returncode == 0  # neighbours resolved
+        before = router.counters()
+        tx.send(udp_frame(router, src, dst))
+        arrived = router.received(rx, MARKER)
+        after = router.counters()
+        # IPv6 control traffic (ND from link-local sources, MLD to multicast) may be counted alongside.
+        assert after["pass_special_addr"] > before["pass_special_addr"], (before, after)
+        assert delta(before, after) == {}, "nothing else moved, nothing was forwarded in XDP"
+        assert bool(arrived) == kernel_forwards, arrived
+    finally:
+        tx.close()
+        rx.close()
+        router.exec("r", "ip", "route", "del", "default", check=False)
+
+
+NFT_TABLE = "xrtest"
+
+
+def test_a_forward_chain_with_policy_drop_is_refused_unless_bypassed(router):
+    router.exec("r", "nft", f"add table inet {NFT_TABLE}")
+    router.exec("r", "nft", f"add chain inet {NFT_TABLE} fw {{ type filter hook forward priority 0; policy drop; }}")
+    try:
+        refusal = rf"bypass_forwarding_rules: .*table inet {NFT_TABLE} chain fw \(hook forward\): 0 rules, policy drop"
+        for check_mode in (True, False):
+            with pytest.raises(deploy.RouterError, match=refusal):
+                router.deploy(interfaces=["p1"], check_mode=check_mode)
+        assert router.prog_id("p2"), "the refused deploy left the router as it was"
+        assert ping(router, "e1", E2_V4, count=1).returncode == 0, "XDP forwards past the drop policy"
+
+        bypassed = router.deploy(bypass_forwarding_rules=True)
+        assert bypassed["ansible_facts"]["xdpfleet_router"]["bypass_forwarding_rules"] is True, bypassed
+        with open(router.paths.state_file) as f:
+            assert '"bypass_forwarding_rules": true' in f.read()
+    finally:
+        router.exec("r", "nft", f"delete table inet {NFT_TABLE}")
+    router.remove()
+    assert ping(router, "e1", E2_V4, count=1).returncode == 0
+    router.exec("r", "nft", f"add table inet {NFT_TABLE}")
+    router.exec("r", "nft", f"add chain inet {NFT_TABLE} fw {{ type filter hook forward priority 0; policy drop; }}")
+    try:
+        assert ping(router, "e1", E2_V4, count=1).returncode != 0, "the kernel applies the drop policy"
+    finally:
+        router.exec("r", "nft", f"delete table inet {NFT_TABLE}")
+        assert router.deploy()["changed"]
+
+
+def test_an_empty_accepting_forward_chain_is_not_refused(router):
+    """Debian's /etc/nftables.conf has such chains: nothing in them decides, so nothing is refused."""
+    router.exec("r", "nft", f"add table inet {NFT_TABLE}")
+    router.exec("r", "nft", f"add chain inet {NFT_TABLE} fw {{ type filter hook forward priority 0; policy accept; }}")
+    try:
+        assert router.deploy()["changed"] is False
+        router.exec("r", "nft", f"add rule inet {NFT_TABLE} fw ct state established accept")
+        with pytest.raises(deploy.RouterError, match=r"chain fw \(hook forward\): 1 rule, policy accept"):
+            router.deploy()
+    finally:
+        router.exec("r", "nft", f"delete table inet {NFT_TABLE}")
+
+
+def test_rp_filter_is_refused_unless_bypassed(router):
+    router.exec("r", "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=2")
+    try:
+        with pytest.raises(deploy.RouterError, match=r"reverse-path filtering is on for p1 \(loose: the larger of "
+                           r"net\.ipv4\.conf\.all\.rp_filter=2 and net\.ipv4\.conf\.p1\.rp_filter=0\)"):  # fmt: skip
+            router.deploy()
+        assert router.deploy(bypass_forwarding_rules=True)["changed"]
+    finally:
+        router.exec("r", "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
+    assert router.deploy()["changed"], "the choice to bypass is recorded, and taken back"
+
+
+def test_a_legacy_iptables_table_is_refused(router):
+    """Legacy iptables' rules cannot be read without iptables: a table that exists is named. Asking the kernel for
+    the table's info (IPT_SO_GET_INFO, what `iptables -L` does first) makes it exist in the namespace."""
+    router.exec("r", "python3", "-c", LEGACY_FILTER_TABLE)
+    with pytest.raises(deploy.RouterError, match=r"legacy iptables table filter exists \(/proc/net/ip_tables_names"):
+        router.deploy()
+    # The namespace keeps its table: the module fixture's other tests ran before, the lab goes with the module.
+
+
+LEGACY_FILTER_TABLE = """
+import ctypes, socket
+sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+info = ctypes.create_string_buffer(b"filter".ljust(84, b"\\0"), 84)
+size = ctypes.c_uint(84)
+assert ctypes.CDLL(None).getsockopt(sock.fileno(), socket.IPPROTO_IP, 64, info, ctypes.byref(size)) == 0
+"""

@@ -9,6 +9,7 @@ sys.path.insert(0, str(REPO / "collection"))
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import abi
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy as rd
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import forwarding_policy as fp
 
 HOST = {"p1": 5, "p2": 6}
 
@@ -60,3 +61,66 @@ def test_verdicts_are_reported_by_their_c_names():
     assert abi.VERDICT_NAMES[abi.VERDICTS["RT_FORWARDED_V4"]] == "forwarded_v4"
     assert abi.VERDICT_NAMES[abi.VERDICTS["RT_PASS_NO_NEIGH"]] == "pass_no_neigh"
     assert len(abi.VERDICT_NAMES) == abi.VERDICTS["RT_VERDICTS"]
+
+
+def chain(family, table, name, hook=None, policy="accept", **extra):
+    base = {"type": "filter", "hook": hook, "prio": 0, "policy": policy} if hook else {}
+    return {"chain": {"family": family, "table": table, "name": name, **base, **extra}}
+
+
+def rule(family, table, name):
+    return {"rule": {"family": family, "table": table, "chain": name, "expr": []}}
+
+
+def test_only_chains_on_the_forwarding_path_that_can_decide_are_netfilter_findings():
+    ruleset = {"nftables": [
+        {"metainfo": {"version": "1.0.6"}},
+        chain("inet", "filter", "input", "input", policy="drop"),  # local delivery: the router passes those frames
+        chain("inet", "filter", "forward", "forward"),  # empty, accept: decides nothing
+        chain("ip", "nat", "POSTROUTING", "postrouting"), rule("ip", "nat", "POSTROUTING"),  # iptables-nft's NAT
+        chain("ip6", "raw", "PREROUTING", "prerouting", policy="drop"),
+        chain("inet", "filter", "jumped"), rule("inet", "filter", "jumped"),  # no hook: judged by its base chain
+        chain("netdev", "edge", "other", "ingress", dev="eth9"), rule("netdev", "edge", "other"),
+        chain("netdev", "edge", "port", "ingress", dev="p1"), rule("netdev", "edge", "port"),
+        chain("netdev", "edge", "unnamed", "egress", policy="drop"),  # nft < 1.0.7 leaves "dev" out of its JSON
+    ]}  # fmt: skip
+    assert fp.nftables_findings(ruleset, ["p1", "p2"]) == [
+        "nftables table ip nat chain POSTROUTING (hook postrouting): 1 rule, policy accept",
+        "nftables table ip6 raw chain PREROUTING (hook prerouting): 0 rules, policy drop",
+        "nftables table netdev edge chain port (hook ingress on p1): 1 rule, policy accept",
+        "nftables table netdev edge chain unnamed (hook egress on a device nft does not name): 0 rules, policy drop",
+    ]
+
+
+def test_the_refusal_names_what_it_found_and_the_option():
+    class Listed:
+        returncode, stderr = 0, ""
+        stdout = '{"nftables": [{"chain": {"family": "inet", "table": "t", "name": "fw", "hook": "forward", ' \
+                 '"policy": "drop"}}]}'  # fmt: skip
+
+    tables = {"/proc/net/ip6_tables_names": "mangle\n"}
+    (problem,) = fp.netfilter_problems(["p1"], run=lambda: Listed, read=tables.get)
+    assert problem.startswith("bypass_forwarding_rules: the kernel's forwarding path has netfilter rules"), problem
+    assert "table inet t chain fw (hook forward): 0 rules, policy drop; legacy ip6tables table mangle exists" in problem
+    assert fp.netfilter_problems(["p1"], run=lambda: Listed, read={}.get) == [problem.replace(
+        "; legacy ip6tables table mangle exists (/proc/net/ip6_tables_names; its rules cannot be read without "
+        "ip6tables)", "")]  # fmt: skip
+
+    def no_nft():
+        raise FileNotFoundError("nft")
+
+    (missing,) = fp.netfilter_problems(["p1"], run=no_nft, read={}.get)
+    assert (
+        "nft (Debian and EL package nftables) is not installed" in missing
+        and "bypass_forwarding_rules: true" in missing
+    )
+
+
+def test_rp_filter_counts_as_the_larger_of_all_and_the_port():
+    assert fp.rp_filter_problems(["p1"], sysctls({"ipv4/conf/all/rp_filter": "0"})) == []
+    (strict,) = fp.rp_filter_problems(
+        ["p1", "p2"], sysctls({"ipv4/conf/all/rp_filter": "0", "ipv4/conf/p2/rp_filter": "1"})
+    )
+    assert "reverse-path filtering is on for p2 (strict: the larger of net.ipv4.conf.all.rp_filter=0 and " \
+           "net.ipv4.conf.p2.rp_filter=1)" in strict  # fmt: skip
+    assert len(fp.rp_filter_problems(["p1", "p2"], sysctls({"ipv4/conf/all/rp_filter": "2"}))) == 2

@@ -290,6 +290,7 @@ def _restore_router(
             (record.get("build") or {}).get("include_dirs"),
             check_mode=check_mode,
             build_dir=build_dir,
+            bypass_forwarding_rules=bool(record["router"].get("bypass_forwarding_rules")),
         )
     except rd.RouterError as exc:
         raise RestoreError(str(exc)) from exc
@@ -305,7 +306,7 @@ def _restore_one(
     try:
         if not os.path.isfile(paths.state_file):
             raise RestoreError(f"no record {paths.state_file}")
-        if (untrusted := files.path_problem(paths.state_file)):
+        if untrusted := files.path_problem(paths.state_file):
             raise RestoreError(f"record {paths.state_file} is refused: {untrusted}")
         record = _load_record(paths)
         missing = [ifname for ifname in sorted(record["interfaces"]) if not xp.ifindex_of(ifname)]
@@ -342,7 +343,7 @@ def restore(
     there yet, as at boot on a slow underlay) is tried again, with backoff, until it comes back or retry_seconds
     after the first pass have gone; its error then stays in the result. Other failures are reported at once. Check
     mode never retries."""
-    if (no_bpffs := xp.bpffs_problem(host.pin_root)):
+    if no_bpffs := xp.bpffs_problem(host.pin_root):
         raise RestoreError(no_bpffs)
     try:
         check_trusted(host)

@@ -10,6 +10,10 @@ part), so a router brought back after a reboot goes through exactly the same ste
 Why forwarding must be on: bpf_fib_lookup answers BPF_FIB_LKUP_RET_FWD_DISABLED on an interface where the kernel
 does not forward, and the router then hands every frame to a kernel that does not forward it either. A router that
 forwards nothing is refused with the sysctl to set, before anything changes.
+
+Why netfilter rules and rp_filter are refused too (router/forwarding_policy.py): a frame forwarded in XDP skips
+them, so on such a host the router would forward what the kernel drops or rewrites. The user may let it
+(bypass_forwarding_rules), and the choice is recorded so restore makes the same one.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import layouts, needs
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import forwarding_policy, layouts, needs
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router.abi import RT_PORTS_MAX, VERDICT_NAMES
 
 ROUTER_SOURCE = "/var/lib/xdpfleet/src/router/router.c"
@@ -45,7 +49,7 @@ def interface_problems(interfaces, ifindex_of=xp.ifindex_of) -> list[str]:
         problems.append(f"interfaces: {len(interfaces)} given, the router holds at most {RT_PORTS_MAX}")
     seen = set()
     for n, ifname in enumerate(interfaces):
-        if (bad := names.ifname_problem(ifname)):
+        if bad := names.ifname_problem(ifname):
             problems.append(f"interfaces[{n}]: {bad}")
         elif ifname in seen:
             problems.append(f"interfaces[{n}]: {ifname} is listed twice")
@@ -142,25 +146,38 @@ def deploy(
     include_dirs: list[str] | None = None,
     check_mode: bool = False,
     build_dir: str | None = None,
+    bypass_forwarding_rules: bool = False,
 ) -> dict:
     """Make the router instance forward between `interfaces`; returns the module result (changed, changes,
-    program, ansible_facts, diff). Raises RouterError; nothing on the host changed unless the message says so."""
+    program, ansible_facts, diff). Raises RouterError; nothing on the host changed unless the message says so.
+    Unless `bypass_forwarding_rules`, a host whose netfilter rules or rp_filter apply to forwarded frames is
+    refused."""
     include_dirs = ROUTER_INCLUDE_DIRS if include_dirs is None else include_dirs
     if mode not in MODES:
         raise RouterError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
     problems = interface_problems(interfaces) or forwarding_problems(interfaces)
+    if not problems and not bypass_forwarding_rules:
+        problems = forwarding_policy.netfilter_problems(interfaces) + forwarding_policy.rp_filter_problems(
+            interfaces, read_sysctl
+        )
     if problems:
         raise RouterError("; ".join(problems))
     try:
         features.require(needs.NEEDS, needs.VARIANT)
     except features.MissingFeatures as exc:
         raise RouterError(f"this kernel cannot run the router, nothing was changed: {exc}") from exc
-    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
+    if no_bpffs := xp.bpffs_problem(paths.pin_root):
         raise RouterError(no_bpffs)
     try:
         xp.check_trusted_paths(paths)
         object_path, instance = xp.compiled_instance(
-            paths, source, cache_dir, include_dirs, layouts.PROGRAM, mode, tuple(layouts.LAYOUTS.values()),
+            paths,
+            source,
+            cache_dir,
+            include_dirs,
+            layouts.PROGRAM,
+            mode,
+            tuple(layouts.LAYOUTS.values()),
             build_dir=build_dir,
         )
     except xp.XdpProgramError as exc:
@@ -178,7 +195,7 @@ def deploy(
         added, removed, changes = port_changes(current, desired, port_names, header)
         record = {
             **xp.state_record(instance, interfaces, source, object_path, {"include_dirs": include_dirs}),
-            "router": {"interfaces": interfaces},
+            "router": {"interfaces": interfaces, "bypass_forwarding_rules": bypass_forwarding_rules},
         }
         try:
             with xp.recording(paths, record, check_mode) as recorded:
@@ -202,6 +219,7 @@ def deploy(
                     "name": paths.name,
                     "interfaces": interfaces,
                     "mode": mode,
+                    "bypass_forwarding_rules": bypass_forwarding_rules,
                     "prog_id": instance.running_prog_id(plan),
                     "counters": counters(stats),
                 }

@@ -11,7 +11,7 @@ VARIANT = "hook xdp"
 NEEDS = Needs(
     plane="router",
     source="router/router.c",
-    helpers={"xdp_router": ("bpf_map_lookup_elem", "bpf_redirect_map", "bpf_fib_lookup")},
+    helpers={"xdp_router": ("bpf_map_lookup_elem", "bpf_redirect_map", "bpf_fib_lookup", "bpf_xdp_adjust_tail")},
     map_types=("BPF_MAP_TYPE_DEVMAP_HASH", "BPF_MAP_TYPE_PERCPU_ARRAY"),
     variants={VARIANT: ("xdp",)},
 )
