@@ -86,6 +86,14 @@ def pinned_instances(host: HostPaths) -> list[str]:
     return sorted(_names(host.programs_dir, ".json") | _names(host.pin_root, dirs=True))
 
 
+def in_deploy_order(host: HostPaths, names: list[str]) -> list[str]:
+    """`names` in the order their instances were deployed (program.deploy_order), which the restore follows so that
+    programs that share a tc hook run in the order the playbook gave; records from before the order was kept first,
+    by name."""
+    orders = xp.recorded_deploy_orders(host.state_dir)
+    return sorted(names, key=lambda name: (orders.get(name) or 0, name))
+
+
 def recorded_senders(host: HostPaths) -> list[str]:
     """Interfaces with a sender record (running or left behind by a sender that was killed)."""
     return sorted(name.removeprefix(tg.SENDER_RECORD_PREFIX) for name in _names(host.run_dir, ".pid"))
@@ -333,8 +341,8 @@ def restore(
     retry_seconds: float = 0.0,
     first_pass_done: Callable[[list[Restored]], None] | None = None,
 ) -> list[Restored]:
-    """Re-apply every recorded instance (or those named). Each instance is restored or reported on its own, so one
-    that cannot come back (its interface is gone) does not keep the others down.
+    """Re-apply every recorded instance (or those named), in the order they were deployed. Each instance is restored
+    or reported on its own, so one that cannot come back (its interface is gone) does not keep the others down.
 
     Everything is tried once first (then first_pass_done is called with the results). An instance that failed for
     a reason that can pass (RestoreError.transient: an interface, a route or a next hop's ARP answer that is not
@@ -347,7 +355,8 @@ def restore(
         check_trusted(host)
     except files.UntrustedPath as exc:
         raise RestoreError(str(exc)) from None
-    results = [Restored(name, "program") for name in (names if names is not None else recorded_instances(host))]
+    wanted = names if names is not None else recorded_instances(host)
+    results = [Restored(name, "program") for name in in_deploy_order(host, wanted)]
     for outcome in results:
         _restore_one(outcome, host, check_mode, build_dir, neighbour_timeout)
     if first_pass_done is not None:
