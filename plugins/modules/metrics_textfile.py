@@ -31,6 +31,10 @@ description:
     C(xdpfleet-metrics.timer), which the xdpfleet.fabric.prometheus_textfile role installs.
   - Each file is written to a temporary file in O(directory) and renamed over the old one. So node_exporter never
     reads half a file, as its documentation asks. The files are mode 0644, for node_exporter's own user.
+  - The module (and the timer) writes as root, so O(directory) must be owned by root and writable by no one else,
+    and a file of its name there must be a regular file. A link, a FIFO or a device in its place is refused, never
+    read or followed, and so is a directory others can write to. Of an existing file at most 64 MiB is read for the
+    diff; a longer one is replaced unread.
   - C(changed) says whether a file's shape changed, not its numbers. A family or series came or went, or the file was
     created or removed. Counters move between any two reads, so the file is rewritten on every run. A run that only
     refreshed the numbers reports C(changed=false), and a second run of a playbook shows no change.
@@ -43,6 +47,8 @@ options:
     description:
       - Directory node_exporter's textfile collector reads (its C(--collector.textfile.directory)). It is created
         (0755) when missing.
+      - Must be owned by root and not writable by its group or others (Debian's C(/var/lib/prometheus/node-exporter)
+        is root's, 0755).
     type: path
     default: /var/lib/prometheus/node-exporter
   counters:
@@ -149,7 +155,7 @@ def main() -> None:
                 written.append(metrics_host.write_textfile(path, render(perf_families), module.check_mode))
             else:
                 written.append(metrics_host.remove_textfile(path, module.check_mode))
-    except perf.PerfResultsError as exc:
+    except (perf.PerfResultsError, metrics_host.UnsafeTextfile) as exc:
         module.fail_json(msg=str(exc))
     except MetricError as exc:
         module.fail_json(msg=f"the metrics cannot be written (a bug): {exc}")

@@ -6,6 +6,7 @@ counters (in the shape their readers return), the perf results of a perf.json wr
 import json
 import math
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -188,6 +189,78 @@ def test_changed_means_a_series_came_or_went_not_that_a_counter_moved(tmp_path):
     removed = set(gone.diff["before"].splitlines()) - set(gone.diff["after"].splitlines())
     assert removed and all('vni="200"' in line for line in removed), removed
     assert os.listdir(os.path.dirname(path)) == ["xdpfleet.prom"], "no temporary file left behind"
+
+
+@pytest.fixture
+def textfile_dir(tmp_path):
+    directory = tmp_path / "textfile"
+    directory.mkdir()
+    directory.chmod(0o755)
+    return directory
+
+
+def test_a_link_in_place_of_a_file_is_refused_never_followed(tmp_path, textfile_dir):
+    """The exporter runs as root: a link to a secret would put its lines into the diff, and a link to /dev/zero
+    would be read without end. Refused (nothing read, nothing written) in check mode, when writing and when
+    removing."""
+    path = textfile_dir / "xdpfleet.prom"
+    secret = tmp_path / "secret"
+    secret.write_text('xdpfleet_secret{token="hunter2"} 1\n')
+    for target in (secret, Path("/dev/zero")):
+        path.symlink_to(target)
+        for write in (
+            lambda: metrics_host.write_textfile(str(path), vtep_file(1), check_mode=True),
+            lambda: metrics_host.write_textfile(str(path), vtep_file(1), check_mode=False),
+            lambda: metrics_host.remove_textfile(str(path), check_mode=False),
+        ):
+            with pytest.raises(metrics_host.UnsafeTextfile, match=r"^directory: .*/xdpfleet.prom is a symbolic link"):
+                write()
+        assert path.is_symlink() and sorted(os.listdir(textfile_dir)) == ["xdpfleet.prom"]
+        path.unlink()
+    assert secret.read_text() == 'xdpfleet_secret{token="hunter2"} 1\n'
+
+
+def test_a_fifo_in_place_of_a_file_is_refused_at_once(textfile_dir):
+    """Reading a FIFO waits for a writer that never comes: the timer's run would never end."""
+    path = textfile_dir / "xdpfleet.prom"
+    os.mkfifo(path)
+
+    def timed_out(_signum, _frame):
+        raise TimeoutError("still waiting on the FIFO after 5 s")
+
+    previous = signal.signal(signal.SIGALRM, timed_out)
+    signal.alarm(5)
+    try:
+        with pytest.raises(metrics_host.UnsafeTextfile, match=r"^directory: .*/xdpfleet.prom is not a regular file"):
+            metrics_host.write_textfile(str(path), vtep_file(1), check_mode=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert stat.S_ISFIFO(os.lstat(path).st_mode)
+
+
+def test_of_a_file_too_long_to_be_ours_nothing_is_read(textfile_dir):
+    path = textfile_dir / "xdpfleet.prom"
+    with open(path, "wb") as f:
+        f.truncate(metrics_host.MAX_READ_BYTES + 1)  # sparse: no disk
+    written = metrics_host.write_textfile(str(path), vtep_file(1), check_mode=False)
+    assert written.changed and written.diff["before"] == ""
+    assert written.diff["before_header"] == f"{path} (over {metrics_host.MAX_READ_BYTES} bytes: not read)"
+    assert path.read_text() == vtep_file(1)
+
+
+@pytest.mark.parametrize("mode", [0o775, 0o757, 0o1777])
+def test_a_directory_others_can_write_to_is_refused_before_anything_is_written(textfile_dir, mode):
+    textfile_dir.chmod(mode)
+    who = "others" if mode & 0o002 else "its group"
+    for write in (
+        lambda: metrics_host.write_textfile(str(textfile_dir / "xdpfleet.prom"), vtep_file(1), check_mode=True),
+        lambda: metrics_host.write_textfile(str(textfile_dir / "xdpfleet.prom"), vtep_file(1), check_mode=False),
+        lambda: metrics_host.remove_textfile(str(textfile_dir / "xdpfleet_perf.prom"), check_mode=False),
+    ):
+        with pytest.raises(metrics_host.UnsafeTextfile, match=rf"^directory: {textfile_dir} is writable by {who}"):
+            write()
+    assert os.listdir(textfile_dir) == []
 
 
 def perf_document(pairs=None) -> dict:

@@ -28,7 +28,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import file
 
 # The files the last run installed, one relative path a line, in the destination (and installed like them).
 MANIFEST = ".xdpfleet-sources"
-# What files.replace_durably leaves behind when killed: ".<name>." and mkstemp's 8 random characters.
+# What files.replace_durably leaves behind when killed: ".<name>." and 8 random characters (files.TEMP_NAME_CHARS).
 _LEFTOVER = re.compile(r"\.(.+)\.[a-z0-9_]{8}")
 # A relative path inside the tree: no empty, "." or ".." part, no leading "/".
 _PART = re.compile(r"[^/\0]+")
