@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
+from ansible.errors import AnsibleFilterError
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
@@ -22,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_perf_report import build, veth_pair
 
+from ansible_collections.xdpfleet.fabric.plugins.filter.systemd_escape import systemd_escape
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics import host as metrics_host
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics import perf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics.exposition import (
@@ -333,21 +335,93 @@ UNITS = {
 }
 
 
-def test_the_systemd_units_pass_systemd_analyze_verify(tmp_path):
-    """The timer and its service as the roles write them with their defaults (every variable a template uses must
-    have one), beside the xdp_host role's units they are installed with. systemd-analyze verify exits 0 even on a
-    directive it ignores, so what it says counts: nothing."""
+def render_units(directory: Path, **overrides) -> list[str]:
+    """The roles' unit templates rendered as Ansible renders them (the collection's filter included) with the roles'
+    defaults and `overrides`, written into `directory`; their paths."""
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
+    env.filters["xdpfleet.fabric.systemd_escape"] = systemd_escape
     variables = {"ansible_managed": "Ansible managed"}
     for role in UNITS:
         variables.update(yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()))
+    variables.update(overrides)
     paths = []
     for role, units in UNITS.items():
         for unit in units:
             template = env.from_string((ROLES / role / "templates" / f"{unit}.j2").read_text())
-            (tmp_path / unit).write_text(template.render(**variables))
-            paths.append(str(tmp_path / unit))
-    verified = subprocess.run(["systemd-analyze", "verify", *paths], capture_output=True, text=True, check=False)
+            (directory / unit).write_text(template.render(**variables))
+            paths.append(str(directory / unit))
+    return paths
+
+
+def systemd_verify(paths: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["systemd-analyze", "verify", *paths], capture_output=True, text=True, check=False)
+
+
+def test_the_systemd_units_pass_systemd_analyze_verify(tmp_path):
+    """The timer and its service as the roles write them with their defaults (every variable a template uses must
+    have one), beside the xdp_host role's units they are installed with. systemd-analyze verify exits 0 even on a
+    directive it ignores, so what it says counts: nothing."""
+    verified = systemd_verify(render_units(tmp_path))
     assert verified.returncode == 0 and not verified.stdout + verified.stderr, verified
     timer = (tmp_path / "xdpfleet-metrics.timer").read_text()
     assert "OnUnitActiveSec=15\n" in timer and "AccuracySec=1s\n" in timer
+
+
+def test_paths_with_spaces_and_specifiers_reach_systemd_as_given(tmp_path):
+    """A space would split ExecStart's command into two words, and '%n' is a specifier systemd replaces with the
+    unit's name: systemd-analyze verify finds the command (the Python) only where the unit carries its path whole."""
+    odd = tmp_path / "odd dir %n $HOME"
+    odd.mkdir()
+    (odd / "python 100%").symlink_to(sys.executable)
+    units = tmp_path / "units"
+    units.mkdir()
+    paths = render_units(units, xdp_host_restore_python=str(odd / "python 100%"), xdp_host_state_dir=str(odd / "s"))
+    verified = systemd_verify(paths)
+    assert verified.returncode == 0 and not verified.stdout + verified.stderr, verified
+    restore = (units / "xdpfleet-restore.service").read_text()
+    # the command's path: specifiers escaped; an argument's: specifiers and variables ($$ is one $)
+    assert f'ExecStart="{odd}/python 100%%" '.replace("%n", "%%n") in restore
+    assert f' --state-dir "{odd}/s" '.replace("%n", "%%n").replace("$HOME", "$$HOME") in restore
+    assert f"ConditionDirectoryNotEmpty={odd}/s/programs".replace("%n", "%%n") in restore
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("/var/lib/x\nExecStartPost=/bin/sh -c id", "has a control character"),
+        ("/var/lib/x\t", "has a control character"),
+        ("/var/lib/x ", "starts or ends with whitespace"),
+        ("/var/lib/x\\", "ends in a backslash"),
+    ],
+)
+def test_a_path_no_unit_file_can_carry_is_refused_naming_the_variable(value, problem):
+    with pytest.raises(AnsibleFilterError, match=rf"^xdp_host_state_dir: .* {problem}"):
+        systemd_escape(value, "xdp_host_state_dir", exec_word="argument")
+
+
+def test_the_roles_refuse_such_a_path_before_they_change_anything(tmp_path):
+    """A real ansible-playbook run of each role on this machine (connection local) with a newline in a path: the
+    first task fails naming the variable, and the directories the roles would write to are never made."""
+    play = tmp_path / "play.yml"
+    play.write_text(
+        "- hosts: localhost\n  connection: local\n  gather_facts: false\n"
+        "  roles:\n    - role: xdpfleet.fabric.{{ role }}\n"
+    )
+    playbook = str(Path(sys.executable).parent / "ansible-playbook")
+    roles = {"xdp_host": "xdp_host_restore_lib_dir", "prometheus_textfile": "prometheus_textfile_dir"}
+    for role, variable in roles.items():
+        extra = {
+            "role": role,
+            variable: str(tmp_path / "lib\nExecStartPost=/bin/sh -c id"),
+            "xdp_host_install_packages": False,
+            "xdp_host_state_dir": str(tmp_path / "state"),
+            "prometheus_textfile_perf_results": "",
+        }
+        run = subprocess.run(
+            [playbook, "-i", "localhost,", str(play), "-e", json.dumps(extra)],
+            capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "ANSIBLE_CONFIG": str(ROLES.parent / "ansible.cfg")},
+        )  # fmt: skip
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert f"{variable}: " in run.stdout and "has a control character" in run.stdout, run.stdout
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["play.yml"], role
