@@ -425,3 +425,30 @@ def test_the_roles_refuse_such_a_path_before_they_change_anything(tmp_path):
         assert run.returncode == 2, run.stdout + run.stderr
         assert f"{variable}: " in run.stdout and "has a control character" in run.stdout, run.stdout
         assert sorted(p.name for p in tmp_path.iterdir()) == ["play.yml"], role
+
+
+def test_a_new_library_restarts_xdpfleet_next_hops_only_where_its_unit_is(tmp_path):
+    """prometheus_textfile copies the xdp_host role's library (host_library.yml), which notifies the restart of
+    xdpfleet-next-hops.service, also on hosts where xdp_host installed no such unit: a real ansible-playbook run of
+    the xdp_host role's handlers, notified as that copy notifies them (the role's defaults as host_library.yml makes
+    them public), on this machine, which has no such unit."""
+    assert not Path("/etc/systemd/system/xdpfleet-next-hops.service").exists()
+    play = tmp_path / "play.yml"
+    play.write_text(
+        yaml.safe_dump([{
+            "hosts": "localhost", "connection": "local", "gather_facts": False,
+            "vars": yaml.safe_load((ROLES / "xdp_host" / "defaults" / "main.yml").read_text()),
+            "tasks": [{"name": "A new copy of the library", "ansible.builtin.debug": {"msg": "copied"},
+                       "changed_when": True, "notify": "Restart xdpfleet-next-hops"}],
+            "handlers": [{"name": "xdp_host's handlers",
+                          "ansible.builtin.import_tasks": str(ROLES / "xdp_host" / "handlers" / "main.yml")}],
+        }])
+    )  # fmt: skip
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
+         "-e", f"ansible_python_interpreter={sys.executable}"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROLES.parent / "ansible.cfg")},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "skipping: [localhost]" in run.stdout.split("RUNNING HANDLER [Restart xdpfleet-next-hops.service]")[1]
