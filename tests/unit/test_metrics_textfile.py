@@ -452,3 +452,37 @@ def test_a_new_library_restarts_xdpfleet_next_hops_only_where_its_unit_is(tmp_pa
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "skipping: [localhost]" in run.stdout.split("RUNNING HANDLER [Restart xdpfleet-next-hops.service]")[1]
+
+
+def test_state_absent_removes_every_file_it_wrote_from_its_record(tmp_path):
+    """The module as Ansible runs it (its file with an arguments file): files written into two directories (the
+    inventory's changed between runs) are recorded, and state=absent, given neither directory, removes them all
+    (and only them), then the record; a second run changes nothing."""
+    state_dir, first, second = tmp_path / "state", tmp_path / "textfile-1", tmp_path / "textfile-2"
+    for directory in (first, second):
+        assert run_module({"directory": str(directory), "state_dir": str(state_dir)}, tmp_path)["changed"]
+    (second / "theirs.prom").write_text("# another exporter's\n")
+    assert sorted(os.listdir(first)) == ["xdpfleet.prom"] and (second / "xdpfleet.prom").exists()
+    record = state_dir / metrics_host.RECORD
+    assert json.loads(record.read_text()) == {"files": [str(first / "xdpfleet.prom"), str(second / "xdpfleet.prom")]}
+
+    absent = {"state": "absent", "directory": str(tmp_path / "default"), "state_dir": str(state_dir)}
+    checked = run_module({**absent, "_ansible_check_mode": True}, tmp_path)
+    assert checked["changed"] and (first / "xdpfleet.prom").exists() and record.exists(), "check mode"
+    removed = run_module(absent, tmp_path)
+    assert removed["changed"] and removed["files"][str(first / "xdpfleet.prom")]["changed"]
+    assert os.listdir(first) == [] and os.listdir(second) == ["theirs.prom"] and not record.exists()
+    assert not run_module(absent, tmp_path)["changed"]
+
+
+def run_module(args: dict, tmp_path: Path) -> dict:
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"_ansible_tmpdir": str(tmp_path), **args}}))
+    done = subprocess.run(
+        [sys.executable, str(ROLES.parent / "plugins" / "modules" / "metrics_textfile.py"), str(args_file)],
+        env={**os.environ, "PYTHONPATH": str(ROLES.parent / "collection")},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    result = json.loads(done.stdout)
+    assert not result.get("failed"), result
+    return result

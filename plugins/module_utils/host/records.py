@@ -6,9 +6,10 @@
                                      runs where, written by xdp_program.converge / vtep_deploy.deploy
   <pin_root>/<name>/                 the instance's pins (they can outlive a record removed by hand)
   <run_dir>/trafficgen-<if>.pid      a sender that is running (it removes the file when it ends)
-  <state_dir>/linux_vtep.json, nic_tuning.json, kernel_cmdline.json
+  <state_dir>/linux_vtep.json, nic_tuning.json, kernel_cmdline.json, metrics_textfile.json
                                      records of the modules that put their own changes back (linux_vtep,
-                                     nic_tuning, kernel_cmdline); teardown only reports which exist
+                                     nic_tuning, kernel_cmdline, metrics_textfile); teardown only reports which
+                                     exist
 
 Teardown removes every instance through xdp_program.remove (what state=absent of each module does). Restore
 re-applies every instance record through the same code as the modules: xdp_program.converge for a program,
@@ -40,7 +41,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.writer import
 
 RUN_DIR = "/run/xdpfleet"
 INSTANCE_KINDS = ("vtep", "filter", "router")  # a record's key that names its instance's kind (see instance_kind)
-OTHER_RECORDS = ("linux_vtep.json", "nic_tuning.json", "kernel_cmdline.json")
+OTHER_RECORDS = ("linux_vtep.json", "nic_tuning.json", "kernel_cmdline.json", "metrics_textfile.json")
 SENDER_STOP_SECONDS = sender.STOP_SECONDS
 # Retries of a restore that failed for a reason that can pass: the first after this many seconds, each next one
 # after twice as long, at most RETRY_MAX_DELAY apart.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import json
 import os
 import stat
 from dataclasses import dataclass, field
@@ -31,12 +32,14 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import file
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as filter_deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics.exposition import Family, render, shape
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics.perf import PERF_FILE
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy as router_deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vtep_deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import DROP_REASONS, FDB_EVENTS
 
 DEFAULT_DIRECTORY = "/var/lib/prometheus/node-exporter"  # Debian's prometheus-node-exporter reads this one
 COUNTERS_FILE = "xdpfleet.prom"
+RECORD = "metrics_textfile.json"  # in the state directory: every file written, for the teardown (remove_all)
 FILE_MODE = 0o644  # node_exporter runs as its own user
 DIRECTORY_MODE = 0o755
 # The most of an existing file the exporter reads (for its diff and `changed`): a file of ours for a VTEP at its
@@ -338,3 +341,43 @@ def export(host: records.HostPaths, directory: str, check_mode: bool) -> tuple[W
     collected = collect(host)
     written = write_textfile(os.path.join(directory, COUNTERS_FILE), render(collected.families), check_mode)
     return written, collected.problems
+
+
+def record_file(state_dir: str) -> str:
+    return os.path.join(state_dir, RECORD)
+
+
+def recorded_files(state_dir: str) -> list[str]:
+    """The files the record says the exporter wrote. Raises UnsafeTextfile for a record that is not its own."""
+    try:
+        with open(record_file(state_dir)) as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return []
+    except ValueError as exc:
+        raise UnsafeTextfile(f"state_dir: {record_file(state_dir)} is not valid JSON: {exc}") from None
+    paths = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(paths, list) or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
+        raise UnsafeTextfile(f"state_dir: {record_file(state_dir)} does not list absolute paths under 'files'")
+    return paths
+
+
+def remember(state_dir: str, paths: list[str]) -> None:
+    """Add `paths` to the record of the files the exporter writes, before they are written: a teardown, which needs
+    no inventory, finds them there (and a run killed after the record and before the file leaves nothing unlisted)."""
+    known = recorded_files(state_dir)
+    wanted = sorted(set(known) | {os.path.abspath(p) for p in paths})
+    if wanted != known:
+        files.write_json(record_file(state_dir), {"files": wanted})
+
+
+def remove_all(state_dir: str, directory: str, check_mode: bool) -> list[Written]:
+    """Remove every file the record names, and ours by name in `directory` (files written before the record was
+    kept), then the record: node_exporter would otherwise go on serving the last counters of data planes that are
+    gone as live."""
+    paths = set(recorded_files(state_dir))
+    paths.update(os.path.join(directory, name) for name in (COUNTERS_FILE, PERF_FILE))
+    removed = [remove_textfile(path, check_mode) for path in sorted(paths)]
+    if not check_mode:
+        files.remove_durably(record_file(state_dir))
+    return removed
