@@ -36,6 +36,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help deps apt-deps lint sanity build lab-down need-root test test-kernels unit fuzz demo clean abi
 .PHONY: bench bench-vtep bench-trafficgen bench-filter bench-router bench-document bench-fabric bench-build scale
+.PHONY: bench-next-hops
 
 help:
 	@echo "make demo      lab up, site.yml, print the report, lab down (KEEP_LAB=1 keeps the lab)"
@@ -51,7 +52,7 @@ help:
 	@echo "make lab-down  tear down the default lab"
 	@echo "make clean     remove .build and reports"
 	@echo "make scale     the fleet tests (tests/scale) with SCALE_VTEPS (default 12) XDP VTEPs, timed; not in make test"
-	@echo "make bench     run the benchmarks (bench-vtep, bench-trafficgen, bench-filter, bench-router, bench-document, bench-fabric; BENCH_ARGS=\"--seconds 5 --rounds 3\" passes options)"
+	@echo "make bench     run the benchmarks (bench-vtep, bench-trafficgen, bench-filter, bench-router, bench-document, bench-fabric, bench-next-hops; BENCH_ARGS=\"--seconds 5 --rounds 3\" passes options)"
 
 deps: apt-deps $(VENV_STAMP)
 
@@ -202,7 +203,7 @@ clean:
 
 # Benchmarks print tables of ratios from one run (needs root, 2 CPUs); not part of `make test`.
 BENCH_ARGS ?=
-bench: bench-vtep bench-trafficgen bench-filter bench-router bench-document bench-fabric
+bench: bench-vtep bench-trafficgen bench-filter bench-router bench-document bench-fabric bench-next-hops
 
 bench-vtep: deps
 	$(BIN)/python $(CURDIR)/tests/bench/bench_vtep.py $(BENCH_ARGS)
@@ -224,6 +225,10 @@ bench-document: deps
 	$(BIN)/python $(CURDIR)/tests/bench/bench_vtep_document.py $(BENCH_DOCUMENT_ARGS)
 
 # A compile-cache hit per data plane: the key worked out with clang (as before the manifests) against the manifest.
+# One pass of the next-hop refresher over 1,000 VNIs of a few peers: netlink requests and wall time.
+bench-next-hops: deps
+	$(BIN)/python $(CURDIR)/tests/bench/bench_next_hops.py $(BENCH_NEXT_HOPS_ARGS)
+
 bench-build: deps
 	$(BIN)/python $(CURDIR)/tests/bench/bench_build.py
 

@@ -20,7 +20,9 @@ description:
   - "What an earlier run installed and the tree no longer has is removed, after the new files are in place: a file
     a newer collection no longer ships (then its directory, once nothing else is in it), and a temporary file an
     interrupted run left. The manifest C(<dest>/.xdpfleet-sources) lists the files installed; nothing else under
-    O(dest) is removed, so a directory given by mistake loses nothing."
+    O(dest) is removed, so a directory given by mistake loses nothing. It is written last: until a run is complete
+    it lists the files of the last complete run and those of this one, so after a run that failed or was killed
+    the next run still removes every file it does not ship."
   - A directory where a file of the tree goes is an error; a file or a symbolic link where a directory or a file of
     the tree goes is replaced (a link is never followed inside O(dest)).
   - With O(state_dir), that directory is created too (or its mode and owner repaired); with O(bpffs), bpffs is

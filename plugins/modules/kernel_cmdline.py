@@ -91,6 +91,8 @@ options:
       - Default C([update-grub]) where it exists, else C([grub2-mkconfig, -o, /boot/grub2/grub.cfg]).
       - An empty list does not regenerate. Use it for hosts whose bootloader reads the file another way, and for
         the network-namespace lab, which has no bootloader.
+      - The command a change was made with is recorded. I(state=restore) without this option runs that one, not
+        today's default, so a restore needs no inventory variables (C(playbooks/teardown.yml)).
       - Not used with grubby.
     type: list
     elements: str

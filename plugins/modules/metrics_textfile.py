@@ -31,6 +31,15 @@ description:
     C(xdpfleet-metrics.timer), which the xdpfleet.fabric.prometheus_textfile role installs.
   - Each file is written to a temporary file in O(directory) and renamed over the old one. So node_exporter never
     reads half a file, as its documentation asks. The files are mode 0644, for node_exporter's own user.
+  - The module (and the timer) writes as root, so O(directory) must be owned by root and writable by no one else,
+    and a file of its name there must be a regular file. A link, a FIFO or a device in its place is refused, never
+    read or followed, and so is a directory others can write to. Of an existing file at most 64 MiB is read for the
+    diff; a longer one is replaced unread.
+  - The files it writes are recorded in C(<state_dir>/metrics_textfile.json) before they are written. With
+    O(state=absent) it removes them (and C(xdpfleet.prom) and C(xdpfleet_perf.prom) in O(directory), which an
+    earlier version wrote without a record), then the record: C(playbooks/teardown.yml) does that once the timer
+    is gone, so node_exporter does not go on serving the counters of data planes that are gone as live. That needs
+    no inventory variables.
   - C(changed) says whether a file's shape changed, not its numbers. A family or series came or went, or the file was
     created or removed. Counters move between any two reads, so the file is rewritten on every run. A run that only
     refreshed the numbers reports C(changed=false), and a second run of a playbook shows no change.
@@ -39,10 +48,19 @@ author:
 requirements:
   - libbpf.so.1, bpffs at /sys/fs/bpf (for the counters)
 options:
+  state:
+    description:
+      - C(present) writes the files. C(absent) removes every file the record names, and C(xdpfleet.prom) and
+        C(xdpfleet_perf.prom) in O(directory), then the record; O(counters) and O(perf_results) are not used then.
+    type: str
+    choices: [present, absent]
+    default: present
   directory:
     description:
       - Directory node_exporter's textfile collector reads (its C(--collector.textfile.directory)). It is created
         (0755) when missing.
+      - Must be owned by root and not writable by its group or others (Debian's C(/var/lib/prometheus/node-exporter)
+        is root's, 0755).
     type: path
     default: /var/lib/prometheus/node-exporter
   counters:
@@ -59,7 +77,8 @@ options:
     description: This host's name in the pairs' C(sender.host) and C(echo.host). Required with O(perf_results).
     type: str
   state_dir:
-    description: Directory of the state files that name the host's instances.
+    description: Directory of the state files that name the host's instances, and of this module's record of the
+      files it wrote.
     type: path
     default: /var/lib/xdpfleet
   pin_root:
@@ -84,6 +103,10 @@ seealso:
 EXAMPLES = r"""
 - name: Write the counters for node_exporter
   xdpfleet.fabric.metrics_textfile:
+
+- name: Remove the files it wrote (teardown)
+  xdpfleet.fabric.metrics_textfile:
+    state: absent
 
 - name: Also the last perf results of this host's pairs, from the controller
   xdpfleet.fabric.metrics_textfile:
@@ -119,9 +142,34 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics import per
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics.exposition import MetricError, render
 
 
+def write(p: dict, check_mode: bool) -> tuple[list, list[str]]:
+    """state=present: the files, recorded before they are written."""
+    directory = p["directory"]
+    written, problems = [], []
+    perf_families = None
+    if p["perf_results"] is not None:
+        perf_families = perf.families(p["perf_results"], p["perf_host"])  # refused before anything is written
+    if not check_mode:
+        names = [metrics_host.COUNTERS_FILE] if p["counters"] else []
+        names += [perf.PERF_FILE] if perf_families is not None else []
+        metrics_host.remember(p["state_dir"], [os.path.join(directory, name) for name in names])
+    if p["counters"]:
+        host = records.HostPaths(p["state_dir"], p["pin_root"])
+        done, problems = metrics_host.export(host, directory, check_mode)
+        written.append(done)
+    if perf_families is not None:
+        path = os.path.join(directory, perf.PERF_FILE)
+        if any(family.samples for family in perf_families):
+            written.append(metrics_host.write_textfile(path, render(perf_families), check_mode))
+        else:
+            written.append(metrics_host.remove_textfile(path, check_mode))
+    return written, problems
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "directory": {"type": "path", "default": metrics_host.DEFAULT_DIRECTORY},
             "counters": {"type": "bool", "default": True},
             "perf_results": {"type": "dict"},
@@ -136,20 +184,11 @@ def main() -> None:
     directory = p["directory"]
     written, problems = [], []
     try:
-        perf_families = None
-        if p["perf_results"] is not None:
-            perf_families = perf.families(p["perf_results"], p["perf_host"])  # refused before anything is written
-        if p["counters"]:
-            host = records.HostPaths(p["state_dir"], p["pin_root"])
-            done, problems = metrics_host.export(host, directory, module.check_mode)
-            written.append(done)
-        if perf_families is not None:
-            path = os.path.join(directory, perf.PERF_FILE)
-            if any(family.samples for family in perf_families):
-                written.append(metrics_host.write_textfile(path, render(perf_families), module.check_mode))
-            else:
-                written.append(metrics_host.remove_textfile(path, module.check_mode))
-    except perf.PerfResultsError as exc:
+        if p["state"] == "absent":
+            written = metrics_host.remove_all(p["state_dir"], directory, module.check_mode)
+        else:
+            written, problems = write(p, module.check_mode)
+    except (perf.PerfResultsError, metrics_host.UnsafeTextfile) as exc:
         module.fail_json(msg=str(exc))
     except MetricError as exc:
         module.fail_json(msg=f"the metrics cannot be written (a bug): {exc}")

@@ -21,6 +21,11 @@ description:
     are asked from the neighbour table again.
   - A router (M(xdpfleet.fabric.xdp_router)) is deployed on its recorded ports again, devmap included, through the
     same checks, compile and attach as the xdp_router module.
+  - Instances are restored in the order they were deployed (their records keep it), so programs that share an
+    interface's tc ingress hook run in the order the playbook gave, as before the reboot. An update keeps an
+    instance's place; one deployed again after its removal, or that moved onto the tc hook, comes last. An instance
+    that later gained an interface where another one already ran at tc keeps its first place, which on that
+    interface may differ from the order before the reboot.
   - Idempotent. An instance that runs as recorded is left alone, and a run on a host where everything runs reports
     C(changed=false).
   - Each instance is restored on its own. If one cannot come back (its interface is gone, its source was
@@ -36,7 +41,8 @@ requirements:
   - pyroute2 and jsonschema on the host when a VTEP is recorded; clang when an object has to be compiled again
 options:
   names:
-    description: Restore only these instances (by name). Default, every instance with a state file.
+    description: Restore only these instances (by name), in the order they were deployed. Default, every instance
+      with a state file.
     type: list
     elements: str
   neighbour_timeout:

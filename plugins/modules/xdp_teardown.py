@@ -23,9 +23,10 @@ description:
   - It works on a host where parts are already gone. A pin without a link, a link whose interface vanished, a
     state file without pins and pins without a state file are all removed without error. A second run reports
     C(changed=false).
-  - It does not put back NIC settings, the kernel command line or the Linux VTEP baseline. Their modules do that
-    (M(xdpfleet.fabric.nic_tuning), M(xdpfleet.fabric.kernel_cmdline), M(xdpfleet.fabric.linux_vtep) with
-    I(state=absent)); RV(other_records) says which of their records exist. C(playbooks/teardown.yml) runs them all.
+  - It does not put back NIC settings, the kernel command line or the Linux VTEP baseline, nor remove the metrics
+    files. Their modules do that (M(xdpfleet.fabric.nic_tuning), M(xdpfleet.fabric.kernel_cmdline),
+    M(xdpfleet.fabric.linux_vtep), M(xdpfleet.fabric.metrics_textfile) with I(state=absent));
+    RV(other_records) says which of their records exist. C(playbooks/teardown.yml) runs them all.
   - It keeps the copied C sources (C(<state_dir>/src)) and the compile cache (I(cache_dir)).
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
@@ -79,7 +80,7 @@ instances:
                      "remove state file /var/lib/xdpfleet/programs/counter.json"]}
 other_records:
   description: Records in I(state_dir) of the modules that put back their own changes (C(linux_vtep.json),
-    C(nic_tuning.json), C(kernel_cmdline.json)); this module leaves them alone.
+    C(nic_tuning.json), C(kernel_cmdline.json), C(metrics_textfile.json)); this module leaves them alone.
   returned: always
   type: list
   elements: str

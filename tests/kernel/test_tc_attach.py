@@ -64,6 +64,30 @@ CHILD = textwrap.dedent(
         time.sleep(0.5)
         sender.close()
 
+    # tcx runs a hook's programs in the order they were attached: after a reboot (the links gone) the restore
+    # attaches in the order of deployment. zz-first, deployed first, sorts last by name.
+    os.environ[xp.TC_ATTACH_ENV] = xp.TC_ATTACH_TCX
+    tcx_pair = ("zz-first", "aa-then")
+    for name in tcx_pair:
+        converge(name)
+    frames(3)
+    out["tcx_seen"] = {name: seen(name) for name in tcx_pair}
+    link_ids = []
+    for name in tcx_pair:
+        link_fd = libbpf.obj_get(host.instance(name).link_pin("v0", "tc"))
+        link_ids.append(libbpf.link_info(link_fd).id)
+        os.close(link_fd)
+        libbpf.unpin(host.instance(name).link_pin("v0", "tc"))
+    deadline = time.monotonic() + 30  # the kernel frees an unpinned link after an RCU grace period
+    while [i for i in link_ids if (fd := libbpf.lib().bpf_link_get_fd_by_id(i)) >= 0 and not os.close(fd)]:
+        assert time.monotonic() < deadline, "links still there 30 s after their pins went"
+        time.sleep(0.05)
+    out["tcx_restored"] = [r.name for r in hr.restore(host, check_mode=False) if r.changed and not r.error]
+    frames(3)
+    out["tcx_seen_restored"] = {name: seen(name) for name in tcx_pair}
+    for name in tcx_pair:
+        xp.remove(host.instance(name), check_mode=False)
+
     # Someone's filter first, then two instances (the first attached sorts last by name), then someone's again.
     os.environ[xp.TC_ATTACH_ENV] = xp.TC_ATTACH_CLS_BPF
     cls_bpf.add_clsact(v0)
@@ -201,6 +225,14 @@ FIRST = cls_bpf.FIRST_PRIORITY
 
 def names(hook: list) -> list[tuple[str, int]]:
     return [(name, priority) for name, priority, _handle, _prog in hook]
+
+
+def test_a_restore_attaches_tcx_programs_in_the_order_they_were_deployed(run):
+    """zz-first was deployed before aa-then and returns TC_ACT_OK, so aa-then never sees a frame; after the links
+    went (a reboot) the restore must attach zz-first first again, though it sorts last by name."""
+    assert run["tcx_seen"] == {"zz-first": 3, "aa-then": 0}
+    assert run["tcx_restored"] == ["zz-first", "aa-then"]
+    assert run["tcx_seen_restored"] == {"zz-first": 6, "aa-then": 0}
 
 
 def test_each_instance_goes_after_every_filter_there_and_records_its_place(run):

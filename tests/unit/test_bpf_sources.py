@@ -85,6 +85,26 @@ def test_what_an_earlier_run_installed_and_the_collection_no_longer_ships_is_rem
     assert not sources.plan(str(dest), TREE).changed
 
 
+def test_a_run_cut_short_leaves_every_file_it_retires_listed_for_the_next_run(tmp_path):
+    """v2 retires vtep/vtep.h and fails part-way (a name too long for the file system); the manifest must still list
+    vtep/vtep.h, or no later run removes it: here v3, which ships neither it nor v2's new file."""
+    dest = tmp_path / "src"
+    install(dest)
+    v2 = {rel: content for rel, content in TREE.items() if rel != "vtep/vtep.h"}
+    v2["a.c"] = b"new in v2\n"
+    v2["z" * 300 + ".c"] = b"ENAMETOOLONG\n"
+    with pytest.raises(sources.SourcesError, match="File name too long"):
+        install(dest, v2)
+    listed = set((dest / sources.MANIFEST).read_text().splitlines())
+    assert {"vtep/vtep.h", "a.c"} <= listed
+    v3 = {rel: content for rel, content in TREE.items() if rel != "vtep/vtep.h"}
+    done = install(dest, v3)
+    assert "vtep/vtep.h" in done.removed and "a.c" in done.removed
+    assert not (dest / "vtep" / "vtep.h").exists() and not (dest / "a.c").exists()
+    assert (dest / sources.MANIFEST).read_text() == "".join(f"{rel}\n" for rel in sorted(v3))
+    assert mode(dest / sources.MANIFEST) == 0o600
+
+
 def test_a_directory_pointed_at_by_mistake_loses_nothing(tmp_path):
     """/opt or /usr/local as the destination: the tree is added, nothing that was there is removed."""
     dest = tmp_path / "opt"

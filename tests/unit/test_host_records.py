@@ -4,6 +4,7 @@
 import json
 import subprocess
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator
 
@@ -55,3 +56,37 @@ def test_teardown_stops_senders_and_forgets_records(tmp_path):
         if sender.poll() is None:
             sender.kill()
             sender.wait()
+
+
+def test_restore_follows_the_order_of_deployment_which_an_update_keeps(tmp_path):
+    """Instances are restored in the order they were deployed, not by name: tc runs a hook's programs in the order
+    they were attached. An update keeps an instance's place (its attachments stay where they are); a removal and a new
+    deployment, or a move onto the tc hook, puts it last, as the kernel does."""
+    host = hr.HostPaths(str(tmp_path / "state"), str(tmp_path / "pins"))
+    (tmp_path / "state" / "programs").mkdir(parents=True)
+
+    def deploy(name, mode="tc", tag="t1", tc_program=None):
+        record = {"name": name, "mode": mode, "tag": tag, "interfaces": {"p0": {}}, "tc_program": tc_program}
+        with xp.recording(host.instance(name), record, check_mode=False):
+            pass
+
+    def order():
+        return hr.in_deploy_order(host, hr.recorded_instances(host))
+
+    for name in ("zz-vtep", "mm-filter", "aa-filter"):
+        deploy(name)
+    assert order() == ["zz-vtep", "mm-filter", "aa-filter"]
+    deploy("zz-vtep", tag="t2")  # an upgrade: same place
+    assert order() == ["zz-vtep", "mm-filter", "aa-filter"]
+    xp.remove(host.instance("mm-filter"), check_mode=False)
+    deploy("mm-filter")  # removed and deployed again: attached after the others
+    assert order() == ["zz-vtep", "aa-filter", "mm-filter"]
+    deploy("xdp-only", mode="native")
+    deploy("zz-vtep", mode="native")  # off tc: its XDP attachment has no order to keep, nor does its place change
+    assert order() == ["zz-vtep", "aa-filter", "mm-filter", "xdp-only"]
+    deploy("zz-vtep", mode="native", tc_program="tc_part")  # onto tc again: its tc program now runs last
+    assert order() == ["aa-filter", "mm-filter", "xdp-only", "zz-vtep"]
+    # A record written before the order was kept comes first (its instance was deployed before any that has one).
+    (tmp_path / "state" / "programs" / "old.json").write_text(json.dumps({"name": "old", "interfaces": {}}))
+    assert order() == ["old", "aa-filter", "mm-filter", "xdp-only", "zz-vtep"]
+    assert hr.in_deploy_order(host, ["zz-vtep", "aa-filter"]) == ["aa-filter", "zz-vtep"]

@@ -258,6 +258,29 @@ def test_update_command_runs_after_the_write(tmp_path):
     assert "iommu=pt" in seen[0][1]
 
 
+def test_restore_without_update_command_runs_the_one_the_change_was_made_with(tmp_path):
+    """A teardown needs no inventory (playbooks/teardown.yml): the role omits update_command, and restore must run
+    the command the change was applied with, not today's default. With [] (the lab, a host whose bootloader reads the
+    file another way) none; with a command, that one. This machine has neither update-grub nor grub2-mkconfig, which
+    the default would want."""
+    assert kc.which("update-grub") is None and kc.which("grub2-mkconfig") is None
+    host = Host(tmp_path)
+    host.run(present=["iommu=pt"], update_command=[])
+    restored = host.run(state="restore", update_command=None)
+    assert restored["changed"] and restored["commands"] == [] and host.grub.read_bytes() == host.original
+
+    seen = []
+
+    def run_command(argv):
+        seen.append(argv)
+        return 0, "", ""
+
+    host.run(present=["iommu=pt"], update_command=["true", "--regenerate"], run_command=run_command)
+    restored = host.run(state="restore", update_command=None, run_command=run_command)
+    assert restored["commands"] == [["true", "--regenerate"]]
+    assert seen == [[shutil.which("true"), "--regenerate"]] * 2 and host.grub.read_bytes() == host.original
+
+
 def test_failing_update_command_puts_the_file_back(tmp_path):
     host = Host(tmp_path)
     with pytest.raises(kc.KernelCmdlineError, match=r"^update_command: true exited 1: no space.*put back"):

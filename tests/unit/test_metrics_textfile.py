@@ -6,6 +6,7 @@ counters (in the shape their readers return), the perf results of a perf.json wr
 import json
 import math
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
+from ansible.errors import AnsibleFilterError
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
@@ -21,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_perf_report import build, veth_pair
 
+from ansible_collections.xdpfleet.fabric.plugins.filter.systemd_escape import systemd_escape
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics import host as metrics_host
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics import perf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics.exposition import (
@@ -190,6 +193,78 @@ def test_changed_means_a_series_came_or_went_not_that_a_counter_moved(tmp_path):
     assert os.listdir(os.path.dirname(path)) == ["xdpfleet.prom"], "no temporary file left behind"
 
 
+@pytest.fixture
+def textfile_dir(tmp_path):
+    directory = tmp_path / "textfile"
+    directory.mkdir()
+    directory.chmod(0o755)
+    return directory
+
+
+def test_a_link_in_place_of_a_file_is_refused_never_followed(tmp_path, textfile_dir):
+    """The exporter runs as root: a link to a secret would put its lines into the diff, and a link to /dev/zero
+    would be read without end. Refused (nothing read, nothing written) in check mode, when writing and when
+    removing."""
+    path = textfile_dir / "xdpfleet.prom"
+    secret = tmp_path / "secret"
+    secret.write_text('xdpfleet_secret{token="hunter2"} 1\n')
+    for target in (secret, Path("/dev/zero")):
+        path.symlink_to(target)
+        for write in (
+            lambda: metrics_host.write_textfile(str(path), vtep_file(1), check_mode=True),
+            lambda: metrics_host.write_textfile(str(path), vtep_file(1), check_mode=False),
+            lambda: metrics_host.remove_textfile(str(path), check_mode=False),
+        ):
+            with pytest.raises(metrics_host.UnsafeTextfile, match=r"^directory: .*/xdpfleet.prom is a symbolic link"):
+                write()
+        assert path.is_symlink() and sorted(os.listdir(textfile_dir)) == ["xdpfleet.prom"]
+        path.unlink()
+    assert secret.read_text() == 'xdpfleet_secret{token="hunter2"} 1\n'
+
+
+def test_a_fifo_in_place_of_a_file_is_refused_at_once(textfile_dir):
+    """Reading a FIFO waits for a writer that never comes: the timer's run would never end."""
+    path = textfile_dir / "xdpfleet.prom"
+    os.mkfifo(path)
+
+    def timed_out(_signum, _frame):
+        raise TimeoutError("still waiting on the FIFO after 5 s")
+
+    previous = signal.signal(signal.SIGALRM, timed_out)
+    signal.alarm(5)
+    try:
+        with pytest.raises(metrics_host.UnsafeTextfile, match=r"^directory: .*/xdpfleet.prom is not a regular file"):
+            metrics_host.write_textfile(str(path), vtep_file(1), check_mode=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert stat.S_ISFIFO(os.lstat(path).st_mode)
+
+
+def test_of_a_file_too_long_to_be_ours_nothing_is_read(textfile_dir):
+    path = textfile_dir / "xdpfleet.prom"
+    with open(path, "wb") as f:
+        f.truncate(metrics_host.MAX_READ_BYTES + 1)  # sparse: no disk
+    written = metrics_host.write_textfile(str(path), vtep_file(1), check_mode=False)
+    assert written.changed and written.diff["before"] == ""
+    assert written.diff["before_header"] == f"{path} (over {metrics_host.MAX_READ_BYTES} bytes: not read)"
+    assert path.read_text() == vtep_file(1)
+
+
+@pytest.mark.parametrize("mode", [0o775, 0o757, 0o1777])
+def test_a_directory_others_can_write_to_is_refused_before_anything_is_written(textfile_dir, mode):
+    textfile_dir.chmod(mode)
+    who = "others" if mode & 0o002 else "its group"
+    for write in (
+        lambda: metrics_host.write_textfile(str(textfile_dir / "xdpfleet.prom"), vtep_file(1), check_mode=True),
+        lambda: metrics_host.write_textfile(str(textfile_dir / "xdpfleet.prom"), vtep_file(1), check_mode=False),
+        lambda: metrics_host.remove_textfile(str(textfile_dir / "xdpfleet_perf.prom"), check_mode=False),
+    ):
+        with pytest.raises(metrics_host.UnsafeTextfile, match=rf"^directory: {textfile_dir} is writable by {who}"):
+            write()
+    assert os.listdir(textfile_dir) == []
+
+
 def perf_document(pairs=None) -> dict:
     return json.loads(build(pairs)["perf.json"])
 
@@ -260,21 +335,154 @@ UNITS = {
 }
 
 
-def test_the_systemd_units_pass_systemd_analyze_verify(tmp_path):
-    """The timer and its service as the roles write them with their defaults (every variable a template uses must
-    have one), beside the xdp_host role's units they are installed with. systemd-analyze verify exits 0 even on a
-    directive it ignores, so what it says counts: nothing."""
+def render_units(directory: Path, **overrides) -> list[str]:
+    """The roles' unit templates rendered as Ansible renders them (the collection's filter included) with the roles'
+    defaults and `overrides`, written into `directory`; their paths."""
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
+    env.filters["xdpfleet.fabric.systemd_escape"] = systemd_escape
     variables = {"ansible_managed": "Ansible managed"}
     for role in UNITS:
         variables.update(yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()))
+    variables.update(overrides)
     paths = []
     for role, units in UNITS.items():
         for unit in units:
             template = env.from_string((ROLES / role / "templates" / f"{unit}.j2").read_text())
-            (tmp_path / unit).write_text(template.render(**variables))
-            paths.append(str(tmp_path / unit))
-    verified = subprocess.run(["systemd-analyze", "verify", *paths], capture_output=True, text=True, check=False)
+            (directory / unit).write_text(template.render(**variables))
+            paths.append(str(directory / unit))
+    return paths
+
+
+def systemd_verify(paths: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["systemd-analyze", "verify", *paths], capture_output=True, text=True, check=False)
+
+
+def test_the_systemd_units_pass_systemd_analyze_verify(tmp_path):
+    """The timer and its service as the roles write them with their defaults (every variable a template uses must
+    have one), beside the xdp_host role's units they are installed with. systemd-analyze verify exits 0 even on a
+    directive it ignores, so what it says counts: nothing."""
+    verified = systemd_verify(render_units(tmp_path))
     assert verified.returncode == 0 and not verified.stdout + verified.stderr, verified
     timer = (tmp_path / "xdpfleet-metrics.timer").read_text()
     assert "OnUnitActiveSec=15\n" in timer and "AccuracySec=1s\n" in timer
+
+
+def test_paths_with_spaces_and_specifiers_reach_systemd_as_given(tmp_path):
+    """A space would split ExecStart's command into two words, and '%n' is a specifier systemd replaces with the
+    unit's name: systemd-analyze verify finds the command (the Python) only where the unit carries its path whole."""
+    odd = tmp_path / "odd dir %n $HOME"
+    odd.mkdir()
+    (odd / "python 100%").symlink_to(sys.executable)
+    units = tmp_path / "units"
+    units.mkdir()
+    paths = render_units(units, xdp_host_restore_python=str(odd / "python 100%"), xdp_host_state_dir=str(odd / "s"))
+    verified = systemd_verify(paths)
+    assert verified.returncode == 0 and not verified.stdout + verified.stderr, verified
+    restore = (units / "xdpfleet-restore.service").read_text()
+    # the command's path: specifiers escaped; an argument's: specifiers and variables ($$ is one $)
+    assert f'ExecStart="{odd}/python 100%%" '.replace("%n", "%%n") in restore
+    assert f' --state-dir "{odd}/s" '.replace("%n", "%%n").replace("$HOME", "$$HOME") in restore
+    assert f"ConditionDirectoryNotEmpty={odd}/s/programs".replace("%n", "%%n") in restore
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("/var/lib/x\nExecStartPost=/bin/sh -c id", "has a control character"),
+        ("/var/lib/x\t", "has a control character"),
+        ("/var/lib/x ", "starts or ends with whitespace"),
+        ("/var/lib/x\\", "ends in a backslash"),
+    ],
+)
+def test_a_path_no_unit_file_can_carry_is_refused_naming_the_variable(value, problem):
+    with pytest.raises(AnsibleFilterError, match=rf"^xdp_host_state_dir: .* {problem}"):
+        systemd_escape(value, "xdp_host_state_dir", exec_word="argument")
+
+
+def test_the_roles_refuse_such_a_path_before_they_change_anything(tmp_path):
+    """A real ansible-playbook run of each role on this machine (connection local) with a newline in a path: the
+    first task fails naming the variable, and the directories the roles would write to are never made."""
+    play = tmp_path / "play.yml"
+    play.write_text(
+        "- hosts: localhost\n  connection: local\n  gather_facts: false\n"
+        "  roles:\n    - role: xdpfleet.fabric.{{ role }}\n"
+    )
+    playbook = str(Path(sys.executable).parent / "ansible-playbook")
+    roles = {"xdp_host": "xdp_host_restore_lib_dir", "prometheus_textfile": "prometheus_textfile_dir"}
+    for role, variable in roles.items():
+        extra = {
+            "role": role,
+            variable: str(tmp_path / "lib\nExecStartPost=/bin/sh -c id"),
+            "xdp_host_install_packages": False,
+            "xdp_host_state_dir": str(tmp_path / "state"),
+            "prometheus_textfile_perf_results": "",
+        }
+        run = subprocess.run(
+            [playbook, "-i", "localhost,", str(play), "-e", json.dumps(extra)],
+            capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "ANSIBLE_CONFIG": str(ROLES.parent / "ansible.cfg")},
+        )  # fmt: skip
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert f"{variable}: " in run.stdout and "has a control character" in run.stdout, run.stdout
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["play.yml"], role
+
+
+def test_a_new_library_restarts_xdpfleet_next_hops_only_where_its_unit_is(tmp_path):
+    """prometheus_textfile copies the xdp_host role's library (host_library.yml), which notifies the restart of
+    xdpfleet-next-hops.service, also on hosts where xdp_host installed no such unit: a real ansible-playbook run of
+    the xdp_host role's handlers, notified as that copy notifies them (the role's defaults as host_library.yml makes
+    them public), on this machine, which has no such unit."""
+    assert not Path("/etc/systemd/system/xdpfleet-next-hops.service").exists()
+    play = tmp_path / "play.yml"
+    play.write_text(
+        yaml.safe_dump([{
+            "hosts": "localhost", "connection": "local", "gather_facts": False,
+            "vars": yaml.safe_load((ROLES / "xdp_host" / "defaults" / "main.yml").read_text()),
+            "tasks": [{"name": "A new copy of the library", "ansible.builtin.debug": {"msg": "copied"},
+                       "changed_when": True, "notify": "Restart xdpfleet-next-hops"}],
+            "handlers": [{"name": "xdp_host's handlers",
+                          "ansible.builtin.import_tasks": str(ROLES / "xdp_host" / "handlers" / "main.yml")}],
+        }])
+    )  # fmt: skip
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
+         "-e", f"ansible_python_interpreter={sys.executable}"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROLES.parent / "ansible.cfg")},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "skipping: [localhost]" in run.stdout.split("RUNNING HANDLER [Restart xdpfleet-next-hops.service]")[1]
+
+
+def test_state_absent_removes_every_file_it_wrote_from_its_record(tmp_path):
+    """The module as Ansible runs it (its file with an arguments file): files written into two directories (the
+    inventory's changed between runs) are recorded, and state=absent, given neither directory, removes them all
+    (and only them), then the record; a second run changes nothing."""
+    state_dir, first, second = tmp_path / "state", tmp_path / "textfile-1", tmp_path / "textfile-2"
+    for directory in (first, second):
+        assert run_module({"directory": str(directory), "state_dir": str(state_dir)}, tmp_path)["changed"]
+    (second / "theirs.prom").write_text("# another exporter's\n")
+    assert sorted(os.listdir(first)) == ["xdpfleet.prom"] and (second / "xdpfleet.prom").exists()
+    record = state_dir / metrics_host.RECORD
+    assert json.loads(record.read_text()) == {"files": [str(first / "xdpfleet.prom"), str(second / "xdpfleet.prom")]}
+
+    absent = {"state": "absent", "directory": str(tmp_path / "default"), "state_dir": str(state_dir)}
+    checked = run_module({**absent, "_ansible_check_mode": True}, tmp_path)
+    assert checked["changed"] and (first / "xdpfleet.prom").exists() and record.exists(), "check mode"
+    removed = run_module(absent, tmp_path)
+    assert removed["changed"] and removed["files"][str(first / "xdpfleet.prom")]["changed"]
+    assert os.listdir(first) == [] and os.listdir(second) == ["theirs.prom"] and not record.exists()
+    assert not run_module(absent, tmp_path)["changed"]
+
+
+def run_module(args: dict, tmp_path: Path) -> dict:
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"_ansible_tmpdir": str(tmp_path), **args}}))
+    done = subprocess.run(
+        [sys.executable, str(ROLES.parent / "plugins" / "modules" / "metrics_textfile.py"), str(args_file)],
+        env={**os.environ, "PYTHONPATH": str(ROLES.parent / "collection")},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    result = json.loads(done.stdout)
+    assert not result.get("failed"), result
+    return result

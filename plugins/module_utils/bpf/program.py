@@ -58,6 +58,7 @@ TC_MODE = "tc"
 MODES = (*XDP_MODES, TC_MODE)
 HOOK_XDP = "xdp"
 HOOK_TC = "tc"
+DEPLOY_ORDER = "deploy_order"  # a record's key: the instance's place in the order of deployment (deploy_order)
 PROGRAM_TYPES = {HOOK_XDP: libbpf.BPF_PROG_TYPE_XDP, HOOK_TC: libbpf.BPF_PROG_TYPE_SCHED_CLS}
 # How a tc program is attached: a tcx link (Linux 6.6), or a cls_bpf filter on a clsact qdisc where tcx is missing.
 TC_ATTACH_TCX = "tcx"
@@ -341,6 +342,39 @@ def check_trusted_paths(paths: InstancePaths, object_path: str | None = None) ->
         raise XdpProgramError(str(exc)) from None
 
 
+def runs_at_tc(record: dict) -> bool:
+    return record.get("mode") == TC_MODE or bool(record.get("tc_program"))
+
+
+def recorded_deploy_orders(state_dir: str) -> dict[str, int | None]:
+    """Every recorded instance's DEPLOY_ORDER (None where its record has none or cannot be read)."""
+    programs_dir = os.path.join(state_dir, "programs")
+    orders: dict[str, int | None] = {}
+    for entry in os.listdir(programs_dir) if os.path.isdir(programs_dir) else ():
+        if not entry.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(programs_dir, entry)) as f:
+                order = json.load(f).get(DEPLOY_ORDER)
+        except (OSError, ValueError, AttributeError):
+            order = None
+        orders[entry[: -len(".json")]] = order if isinstance(order, int) and not isinstance(order, bool) else None
+    return orders
+
+
+def deploy_order(paths: InstancePaths, previous: dict, record: dict) -> int:
+    """The instance's place in the order the host's instances were deployed, which the restore at boot follows: tc
+    runs the programs at a hook in the order they were attached (tcx appends), so a filter deployed after a tc VTEP
+    must come back after it. An update keeps the place, as it keeps the attachments (bpf_link_update, a cls_bpf
+    filter replaced at its priority); an instance deployed anew (after a removal), or that now runs at tc and did
+    not, was attached after every other one and goes last."""
+    kept = previous.get(DEPLOY_ORDER)
+    if isinstance(kept, int) and not isinstance(kept, bool) and (runs_at_tc(previous) or not runs_at_tc(record)):
+        return kept
+    others = [o for name, o in recorded_deploy_orders(paths.state_dir).items() if name != paths.name and o is not None]
+    return max(others, default=0) + 1
+
+
 def same_record(a: dict, b: dict) -> bool:
     """Whether two records name the same configuration (when each was written does not count)."""
     return {k: v for k, v in a.items() if k != "updated"} == {k: v for k, v in b.items() if k != "updated"}
@@ -354,8 +388,10 @@ def recording(paths: InstancePaths, record: dict, check_mode: bool):
     The record is written first so that a failed write (a full disk) refuses before anything runs, and a kill part-way
     leaves a record of what was being applied: a re-run or the restore at boot then converges to it. A record that
     differs from what already runs (one lost or left stale by an earlier run) is rewritten even when nothing else
-    changes, so a re-run repairs it."""
+    changes, so a re-run repairs it. The record also keeps the instance's place in the order of deployment
+    (deploy_order), which the restore follows."""
     previous = load_state(paths)
+    record = {**record, DEPLOY_ORDER: deploy_order(paths, previous, record)}
     rewrite = not same_record(previous, record)
     if check_mode or not rewrite:
         yield rewrite

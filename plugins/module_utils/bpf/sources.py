@@ -28,7 +28,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import file
 
 # The files the last run installed, one relative path a line, in the destination (and installed like them).
 MANIFEST = ".xdpfleet-sources"
-# What files.replace_durably leaves behind when killed: ".<name>." and mkstemp's 8 random characters.
+# What files.replace_durably leaves behind when killed: ".<name>." and 8 random characters (files.TEMP_NAME_CHARS).
 _LEFTOVER = re.compile(r"\.(.+)\.[a-z0-9_]{8}")
 # A relative path inside the tree: no empty, "." or ".." part, no leading "/".
 _PART = re.compile(r"[^/\0]+")
@@ -49,6 +49,7 @@ class Plan:
     directories: list[str] = field(default_factory=list)  # absolute directories outside the tree to create or repair
     files: list[str] = field(default_factory=list)  # relative paths to write or repair (directories end with "/")
     removed: list[str] = field(default_factory=list)  # relative paths that go (directories end with "/")
+    previous: list[str] = field(default_factory=list)  # the files the manifest lists (the last complete run's)
     before: list[str] = field(default_factory=list)  # one line per changed entry as it is, for --diff
     after: list[str] = field(default_factory=list)  # ... and as it will be
 
@@ -164,7 +165,7 @@ def plan(
     check_mode_bits("directory_mode", dir_mode)
     dest = os.path.abspath(dest)
     installing = dict(wanted)
-    installing[MANIFEST] = "".join(f"{path}\n" for path in sorted(wanted)).encode()
+    installing[MANIFEST] = _manifest(wanted)
     result = Plan(dest, installing, file_mode, dir_mode, (os.geteuid(), os.getegid()))
     if bpffs and mounts.mounted_type(bpffs) != mounts.BPFFS_TYPE:
         result.bpffs = bpffs
@@ -208,20 +209,19 @@ def plan(
             result.files.append(rel)
             result.before.append(_describe(rel, st, content))
             result.after.append(after(rel, file_mode, f" sha256:{_digest(installing[rel])}"))
-    result.removed = _stale(dest, existing, installing, wanted_dirs)
+    listed = existing.get(MANIFEST)
+    if listed is not None and stat.S_ISREG(listed.st_mode):
+        result.previous = sorted(set(_read(os.path.join(dest, MANIFEST)).decode("utf-8", "replace").splitlines()))
+    result.removed = _stale(existing, set(result.previous), installing, wanted_dirs)
     for rel in result.removed:
         result.before.append(_describe(rel, existing[rel]))
     result.files.sort()  # a directory before what goes in it
     return result
 
 
-def _stale(dest: str, existing: dict, installing: dict[str, bytes], wanted_dirs: set[str]) -> list[str]:
+def _stale(existing: dict, previous: set[str], installing: dict[str, bytes], wanted_dirs: set[str]) -> list[str]:
     """What goes: a file the manifest lists that is not installed now, a leftover temporary file of one of ours, and
     then a directory of an earlier run that is no longer wanted and holds nothing else."""
-    listed = existing.get(MANIFEST)
-    previous = set()
-    if listed is not None and stat.S_ISREG(listed.st_mode):
-        previous = set(_read(os.path.join(dest, MANIFEST)).decode("utf-8", "replace").splitlines())
     ours = previous | set(installing)
 
     def installed_by_us(rel: str) -> bool:
@@ -260,17 +260,32 @@ def _set_attributes(path: str, mode: int, owner: tuple[int, int]) -> None:
         os.chmod(path, mode)
 
 
+def _manifest(paths) -> bytes:
+    return "".join(f"{path}\n" for path in sorted(paths)).encode()
+
+
 def apply(todo: Plan) -> None:
-    """Carry out a plan: bpffs, directories, files, then the stale entries. Raises SourcesError naming the step."""
+    """Carry out a plan: bpffs, directories, files, the stale entries, then the manifest. Raises SourcesError naming
+    the step.
+
+    Until the run is complete the manifest lists the files of the last complete run and those of this one, so that
+    a run cut short (a failure, a kill) leaves none of them unlisted: the next run, whatever it installs, still
+    removes every file it does not ship. Only the complete run writes the manifest of what it installed."""
     if todo.bpffs:
         mounted = subprocess.run(["mount", "-t", "bpf", "bpf", todo.bpffs], capture_output=True, text=True, check=False)
         if mounted.returncode != 0:
             raise SourcesError(f"bpffs: mount -t bpf bpf {todo.bpffs} failed: {mounted.stderr.strip()}")
+    manifest = os.path.join(todo.dest, MANIFEST)
     try:
         for directory in todo.directories:
             files.make_private_dirs(directory)
             _set_attributes(directory, todo.dir_mode, todo.owner)
+        retired = set(todo.previous) - set(todo.wanted)
+        if retired:  # until the run is complete: the last run's files and this one's
+            files.replace_durably(manifest, _manifest(retired | set(todo.wanted) - {MANIFEST}), todo.file_mode)
         for rel in todo.files:
+            if rel == MANIFEST:
+                continue  # last, below
             path = os.path.join(todo.dest, rel.rstrip("/"))
             if rel.endswith("/"):
                 st = _lstat(path)
@@ -292,6 +307,9 @@ def apply(todo: Plan) -> None:
                 os.rmdir(path)  # empty by now (see _stale): never a tree of someone else's files
             else:
                 files.remove_durably(path)
+        if MANIFEST in todo.files:
+            files.replace_durably(manifest, todo.wanted[MANIFEST], todo.file_mode)
+            _set_attributes(manifest, todo.file_mode, todo.owner)
     except OSError as exc:
         raise SourcesError(f"dest: installing the sources in {todo.dest} failed: {exc}") from None
 

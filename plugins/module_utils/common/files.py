@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
-import tempfile
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+TEMP_NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 
 
 def make_private_dirs(path: str) -> None:
@@ -51,37 +52,55 @@ def write_private(path: str, text: str) -> None:
     replace_durably(path, text)
 
 
-def replace_durably(path: str, text: str | bytes, mode: int = FILE_MODE) -> None:
+def replace_durably(path: str, text: str | bytes, mode: int = FILE_MODE, dir_fd: int | None = None) -> None:
     """Replace `path` with `text` (bytes as they are; file mode `mode`) through a temporary file in its directory,
-    which must exist: a reader sees the old file or the new one, whole. Raises OSError with the old file untouched."""
-    directory = os.path.dirname(os.path.abspath(path))
-    # mkstemp: 0600, named ".<name>.<random>", which a reader of *.<suffix> (node_exporter: *.prom) passes over
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    which must exist: a reader sees the old file or the new one, whole. Raises OSError with the old file untouched.
+    With dir_fd, `path` is a name in that open directory: a caller that checked the directory through its fd writes
+    into that one, whatever is renamed on the way to it meanwhile."""
+    if dir_fd is None:
+        dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            replace_durably(os.path.basename(path), text, mode, dir_fd)
+        finally:
+            os.close(dir_fd)
+        return
+    # ".<name>.<8 random characters>", 0600 until written: a reader of *.<suffix> (node_exporter: *.prom) passes
+    # over it; O_EXCL|O_NOFOLLOW: never a file or link that was there
+    while True:
+        tmp = f".{path}.{''.join(secrets.choice(TEMP_NAME_CHARS) for _ in range(8))}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE, dir_fd=dir_fd)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
-            if mode != FILE_MODE:
-                os.fchmod(f.fileno(), mode)
+            os.fchmod(f.fileno(), mode)  # the umask may have taken bits of FILE_MODE away
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        os.unlink(tmp)
+        os.unlink(tmp, dir_fd=dir_fd)
         raise
-    _sync_dir(directory)
+    os.fsync(dir_fd)
 
 
 def write_json(path: str, data: dict) -> None:
     write_private(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def remove_durably(path: str) -> bool:
-    """Unlink `path` so that it stays gone after a crash; False when there was nothing to remove."""
+def remove_durably(path: str, dir_fd: int | None = None) -> bool:
+    """Unlink `path` (with dir_fd, a name in that open directory) so that it stays gone after a crash; False when
+    there was nothing to remove."""
     try:
-        os.unlink(path)
+        os.unlink(path, dir_fd=dir_fd)
     except FileNotFoundError:
         return False
-    _sync_dir(os.path.dirname(os.path.abspath(path)))
+    if dir_fd is None:
+        _sync_dir(os.path.dirname(os.path.abspath(path)))
+    else:
+        os.fsync(dir_fd)
     return True
 
 

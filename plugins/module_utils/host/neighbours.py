@@ -87,7 +87,12 @@ def confirm(ipr: IPRoute, hop: NextHop) -> None:
     """Ask the kernel to resolve the next hop, or to confirm an entry it has not confirmed lately, as if the host sent
     it a packet (NTF_USE): the kernel's own neighbour state machine then probes it (ARP) and replaces the MAC when
     the next hop answers from another one. Sends nothing to the remote VTEP itself. Raises NeighbourError (the
-    interface went away meanwhile)."""
+    interface went away meanwhile).
+
+    A permanent entry (ip neigh ... nud permanent) is left alone: the kernel never re-verifies it, and this request
+    would turn it into an incomplete one (seen on Linux 6.18), which the next hop may never answer."""
+    if hop.state & NUD_PERMANENT:
+        return
     try:
         ipr.neigh("replace", dst=hop.address, ifindex=hop.ifindex, flags=NTF_USE, state=0)
     except Exception as exc:  # pyroute2's NetlinkError, with the kernel's errno

@@ -6,9 +6,10 @@
                                      runs where, written by xdp_program.converge / vtep_deploy.deploy
   <pin_root>/<name>/                 the instance's pins (they can outlive a record removed by hand)
   <run_dir>/trafficgen-<if>.pid      a sender that is running (it removes the file when it ends)
-  <state_dir>/linux_vtep.json, nic_tuning.json, kernel_cmdline.json
+  <state_dir>/linux_vtep.json, nic_tuning.json, kernel_cmdline.json, metrics_textfile.json
                                      records of the modules that put their own changes back (linux_vtep,
-                                     nic_tuning, kernel_cmdline); teardown only reports which exist
+                                     nic_tuning, kernel_cmdline, metrics_textfile); teardown only reports which
+                                     exist
 
 Teardown removes every instance through xdp_program.remove (what state=absent of each module does). Restore
 re-applies every instance record through the same code as the modules: xdp_program.converge for a program,
@@ -40,7 +41,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.writer import
 
 RUN_DIR = "/run/xdpfleet"
 INSTANCE_KINDS = ("vtep", "filter", "router")  # a record's key that names its instance's kind (see instance_kind)
-OTHER_RECORDS = ("linux_vtep.json", "nic_tuning.json", "kernel_cmdline.json")
+OTHER_RECORDS = ("linux_vtep.json", "nic_tuning.json", "kernel_cmdline.json", "metrics_textfile.json")
 SENDER_STOP_SECONDS = sender.STOP_SECONDS
 # Retries of a restore that failed for a reason that can pass: the first after this many seconds, each next one
 # after twice as long, at most RETRY_MAX_DELAY apart.
@@ -84,6 +85,14 @@ def recorded_instances(host: HostPaths) -> list[str]:
 def pinned_instances(host: HostPaths) -> list[str]:
     """Instances with a state file or a pin directory (a record removed by hand leaves its pins)."""
     return sorted(_names(host.programs_dir, ".json") | _names(host.pin_root, dirs=True))
+
+
+def in_deploy_order(host: HostPaths, names: list[str]) -> list[str]:
+    """`names` in the order their instances were deployed (program.deploy_order), which the restore follows so that
+    programs that share a tc hook run in the order the playbook gave; records from before the order was kept first,
+    by name."""
+    orders = xp.recorded_deploy_orders(host.state_dir)
+    return sorted(names, key=lambda name: (orders.get(name) or 0, name))
 
 
 def recorded_senders(host: HostPaths) -> list[str]:
@@ -335,8 +344,8 @@ def restore(
     retry_seconds: float = 0.0,
     first_pass_done: Callable[[list[Restored]], None] | None = None,
 ) -> list[Restored]:
-    """Re-apply every recorded instance (or those named). Each instance is restored or reported on its own, so one
-    that cannot come back (its interface is gone) does not keep the others down.
+    """Re-apply every recorded instance (or those named), in the order they were deployed. Each instance is restored
+    or reported on its own, so one that cannot come back (its interface is gone) does not keep the others down.
 
     Everything is tried once first (then first_pass_done is called with the results). An instance that failed for
     a reason that can pass (RestoreError.transient: an interface, a route or a next hop's ARP answer that is not
@@ -349,7 +358,8 @@ def restore(
         check_trusted(host)
     except files.UntrustedPath as exc:
         raise RestoreError(str(exc)) from None
-    results = [Restored(name, "program") for name in (names if names is not None else recorded_instances(host))]
+    wanted = names if names is not None else recorded_instances(host)
+    results = [Restored(name, "program") for name in in_deploy_order(host, wanted)]
     for outcome in results:
         _restore_one(outcome, host, check_mode, build_dir, neighbour_timeout)
     if first_pass_done is not None:

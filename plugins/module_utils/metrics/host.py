@@ -18,7 +18,12 @@ maps half gone) leaves its families out and says so in xdpfleet_instance_read_su
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import json
 import os
+import stat
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_layout, libbpf
@@ -27,15 +32,30 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import file
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as filter_deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics.exposition import Family, render, shape
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics.perf import PERF_FILE
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy as router_deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vtep_deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import DROP_REASONS, FDB_EVENTS
 
 DEFAULT_DIRECTORY = "/var/lib/prometheus/node-exporter"  # Debian's prometheus-node-exporter reads this one
 COUNTERS_FILE = "xdpfleet.prom"
+RECORD = "metrics_textfile.json"  # in the state directory: every file written, for the teardown (remove_all)
 FILE_MODE = 0o644  # node_exporter runs as its own user
 DIRECTORY_MODE = 0o755
+# The most of an existing file the exporter reads (for its diff and `changed`): a file of ours for a VTEP at its
+# limits (16,384 VNIs) is about 40 MiB. A longer one is replaced unread.
+MAX_READ_BYTES = 64 * 1024 * 1024
 COUNTER_MAP = "xdp_counters"  # bpf/counter's map: a program instance that has it is a counter
+
+
+class XdpCounter(ctypes.Structure):
+    """bpf/counter/counter.c's struct xdp_counter, a slot of its map."""
+
+    _fields_ = [("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
+
+
+# Checked against the pinned map's BTF before it is read: another program's map of that name is not a counter.
+COUNTER_LAYOUT = btf_layout.MapLayout(COUNTER_MAP, ctypes.c_uint32, XdpCounter)
 READ_ERRORS = (
     vtep_deploy.VtepError,
     filter_deploy.FilterError,
@@ -170,6 +190,8 @@ def collect(host: records.HostPaths) -> Collected:
                 if not os.path.exists(pin):
                     continue  # a program without counters of ours (an echo server, a program of the user's)
                 kind = "counter"
+                with libbpf.PinnedMap(pin) as pinned:
+                    COUNTER_LAYOUT.check_pinned(pinned)
                 add_counter(out, name, btf_layout.read_pinned_map(pin, per_cpu=False, skip_zero=False)["entries"])
             else:
                 reader = {
@@ -197,42 +219,121 @@ class Written:
     diff: dict
 
 
+class UnsafeTextfile(ValueError):
+    """The textfile directory, or a file of ours in it, is not what the exporter may write (or read) as root; the
+    message names the field (directory) and the rule."""
+
+
+@contextlib.contextmanager
+def textfile_directory(directory: str, create: bool):
+    """The directory open (its fd), checked through that fd, so that everything after works in the directory checked
+    whatever is renamed on the way to it; None when it is missing and not to be created (check mode).
+
+    The exporter runs as root: a directory another user can write to lets that user put in place of our files a
+    link to a secret (its lines would land in the diff), a FIFO (the read would never end) or a device (endless):
+    so it must be owned by root (or the user running the module) and writable by no one else."""
+    if create:
+        os.makedirs(directory, DIRECTORY_MODE, exist_ok=True)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        if create:
+            raise
+        yield None
+        return
+    try:
+        st = os.fstat(fd)
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_uid not in (0, os.geteuid()):
+            raise UnsafeTextfile(
+                f"directory: {directory} is owned by uid {st.st_uid}, not by root or the user running the exporter, "
+                "which writes into it as root: make it root's"
+            )
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise UnsafeTextfile(
+                f"directory: {directory} is writable by {'others' if mode & stat.S_IWOTH else 'its group'} (mode "
+                f"{mode:04o}): the exporter writes into it as root, so only root may write there (chmod go-w)"
+            )
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Previous:
+    """A file of ours as it was: its text, or that it was longer than MAX_READ_BYTES and left unread."""
+
+    text: str = ""
+    oversized: bool = False
+
+
+def read_previous(dir_fd: int | None, name: str, where: str) -> Previous | None:
+    """Our file `name` in the open directory, None when there is none. Never read through a link, never from
+    anything but a regular file, never more than MAX_READ_BYTES of it. Raises UnsafeTextfile naming `where`."""
+    if dir_fd is None:
+        return None
+    try:
+        # O_NONBLOCK: opening a FIFO waits for a writer otherwise
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeTextfile(
+                f"directory: {where} is a symbolic link: refused (the exporter reads and replaces only a regular file "
+                "of its own; remove the link)"
+            ) from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafeTextfile(
+                f"directory: {where} is not a regular file: refused (the exporter reads and replaces only a regular "
+                "file of its own; remove it)"
+            )
+        data = f.read(MAX_READ_BYTES + 1)
+    if len(data) > MAX_READ_BYTES:
+        return Previous(oversized=True)
+    return Previous(data.decode("utf-8", "replace"))
+
+
+def _diff(path: str, before: Previous | None, after: str | None) -> dict:
+    if before is None:
+        before_header, before_lines = f"{path} (absent)", []
+    elif before.oversized:
+        before_header, before_lines = f"{path} (over {MAX_READ_BYTES} bytes: not read)", []
+    else:
+        before_header, before_lines = path, shape(before.text)
+    return {
+        "before_header": before_header,
+        "after_header": path if after is not None else f"{path} (absent)",
+        "before": "".join(line + "\n" for line in before_lines),
+        "after": "".join(line + "\n" for line in shape(after or "")),
+    }
+
+
 def write_textfile(path: str, text: str, check_mode: bool) -> Written:
     """Replace `path` with `text` through a temporary file in its directory and a rename (node_exporter reads only
     *.prom, so it never sees the temporary file, and never half a file), 0644. Written also when only values moved
-    (that is the point of it); `changed` says whether its shape did (see exposition.shape()). In check mode nothing
-    is written."""
-    try:
-        with open(path) as f:
-            before = f.read()
-    except FileNotFoundError:
-        before = None
-    old = shape(before) if before is not None else []
-    new = shape(text)
-    if not check_mode:
-        directory = os.path.dirname(path)
-        os.makedirs(directory, DIRECTORY_MODE, exist_ok=True)
-        files.replace_durably(path, text, FILE_MODE)
-    diff = {
-        "before_header": path if before is not None else f"{path} (absent)",
-        "after_header": path,
-        "before": "".join(line + "\n" for line in old),
-        "after": "".join(line + "\n" for line in new),
-    }
-    return Written(path, before is None or old != new, sum(1 for line in new if not line.startswith("#")), diff)
+    (that is the point of it); `changed` says whether its shape did (see exposition.shape()), or the old file could
+    not be compared (larger than MAX_READ_BYTES). In check mode nothing is written. Raises UnsafeTextfile (see
+    textfile_directory, read_previous) before anything is written."""
+    directory, name = os.path.split(path)
+    with textfile_directory(directory, create=not check_mode) as dir_fd:
+        before = read_previous(dir_fd, name, path)
+        if not check_mode:
+            files.replace_durably(name, text, FILE_MODE, dir_fd=dir_fd)
+    changed = before is None or before.oversized or shape(before.text) != shape(text)
+    return Written(path, changed, sum(1 for line in shape(text) if not line.startswith("#")), _diff(path, before, text))
 
 
 def remove_textfile(path: str, check_mode: bool) -> Written:
-    """Remove `path` (a file this host no longer has metrics for)."""
-    exists = os.path.exists(path)
-    before = ""
-    if exists:
-        with open(path) as f:
-            before = "".join(line + "\n" for line in shape(f.read()))
-        if not check_mode:
-            files.remove_durably(path)
-    diff = {"before_header": path, "after_header": f"{path} (absent)", "before": before, "after": ""}
-    return Written(path, exists, 0, diff)
+    """Remove `path` (a file this host no longer has metrics for), under the rules of write_textfile."""
+    directory, name = os.path.split(path)
+    with textfile_directory(directory, create=False) as dir_fd:
+        before = read_previous(dir_fd, name, path)
+        if before is not None and not check_mode:
+            files.remove_durably(name, dir_fd=dir_fd)
+    return Written(path, before is not None, 0, _diff(path, before, None))
 
 
 def export(host: records.HostPaths, directory: str, check_mode: bool) -> tuple[Written, list[str]]:
@@ -241,3 +342,43 @@ def export(host: records.HostPaths, directory: str, check_mode: bool) -> tuple[W
     collected = collect(host)
     written = write_textfile(os.path.join(directory, COUNTERS_FILE), render(collected.families), check_mode)
     return written, collected.problems
+
+
+def record_file(state_dir: str) -> str:
+    return os.path.join(state_dir, RECORD)
+
+
+def recorded_files(state_dir: str) -> list[str]:
+    """The files the record says the exporter wrote. Raises UnsafeTextfile for a record that is not its own."""
+    try:
+        with open(record_file(state_dir)) as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return []
+    except ValueError as exc:
+        raise UnsafeTextfile(f"state_dir: {record_file(state_dir)} is not valid JSON: {exc}") from None
+    paths = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(paths, list) or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
+        raise UnsafeTextfile(f"state_dir: {record_file(state_dir)} does not list absolute paths under 'files'")
+    return paths
+
+
+def remember(state_dir: str, paths: list[str]) -> None:
+    """Add `paths` to the record of the files the exporter writes, before they are written: a teardown, which needs
+    no inventory, finds them there (and a run killed after the record and before the file leaves nothing unlisted)."""
+    known = recorded_files(state_dir)
+    wanted = sorted(set(known) | {os.path.abspath(p) for p in paths})
+    if wanted != known:
+        files.write_json(record_file(state_dir), {"files": wanted})
+
+
+def remove_all(state_dir: str, directory: str, check_mode: bool) -> list[Written]:
+    """Remove every file the record names, and ours by name in `directory` (files written before the record was
+    kept), then the record: node_exporter would otherwise go on serving the last counters of data planes that are
+    gone as live."""
+    paths = set(recorded_files(state_dir))
+    paths.update(os.path.join(directory, name) for name in (COUNTERS_FILE, PERF_FILE))
+    removed = [remove_textfile(path, check_mode) for path in sorted(paths)]
+    if not check_mode:
+        files.remove_durably(record_file(state_dir))
+    return removed

@@ -656,6 +656,10 @@ def run(params: dict, check_mode: bool, run_command, cmdline_file: str = PROC_CM
             result["warnings"].append("update_command: not used with grubby, which writes the boot entries itself")
     else:
         update_command = params["update_command"]
+        if update_command is None and restoring:
+            # The command the change was applied with: a restore needs no inventory (playbooks/teardown.yml), and
+            # today's default may not exist where the change was made with another one, or with none ([]).
+            update_command = record.get("update_command")
         backend = GrubFile(
             record["grub_file"] if restoring else params["grub_file"],
             record["grub_variable"] if restoring else params["grub_variable"],
@@ -675,6 +679,8 @@ def run(params: dict, check_mode: bool, run_command, cmdline_file: str = PROC_CM
         plan = backend.plan_present(params["present"], params["absent"])
         selectors = [key_of(a) if key_of(a) in ONCE_KEYS else a for a in params["present"]] + params["absent"]
         new_record = updated_record(record, fresh, plan.added, plan.removed) if plan.changed else record
+        if plan.changed and new_record is not None and isinstance(backend, GrubFile):
+            new_record["update_command"] = backend.update_command  # the last one used, which restore runs
         result["warnings"] += backend.warnings(params["absent"], plan)
 
     changed = plan.after != backend.before or new_record != record
