@@ -150,6 +150,17 @@ static __always_inline int ipv6_kernel_only(const struct in6_addr *addr)
 	return !word[0] && !word[1] && !word[2] && (!word[3] || word[3] == RT_IPV6_LOOPBACK_LOW);
 }
 
+/* A 16-bit length field in host order, bounded where the verifier can see it: before Linux 6.x a byte swap leaves
+ * the register unbounded (seen on 6.1), and the length checks below become a packet pointer plus that register,
+ * which it refuses. barrier_var keeps the mask, which the compiler would drop as a no-op. */
+static __always_inline __u32 length_field(__be16 field)
+{
+	__u32 len = bpf_ntohs(field);
+
+	barrier_var(len);
+	return len & 0xffff;
+}
+
 static __always_inline int route_ipv4(struct xdp_md *ctx, struct xf_cursor *cur, void *data_end, struct ethhdr *eth)
 {
 	struct bpf_fib_lookup params = {};
@@ -164,8 +175,8 @@ static __always_inline int route_ipv4(struct xdp_md *ctx, struct xf_cursor *cur,
 		return pass(ctx, RT_PASS_OPTIONS);
 	/* What the kernel drops before it routes (ip_rcv_core): a wrong header checksum, a total length below the
 	 * header or past the frame. */
-	extra = (int)(data_end - (void *)iph) - (int)bpf_ntohs(iph->tot_len);
-	if (xf_ipv4_csum(iph, data_end) != iph->check || bpf_ntohs(iph->tot_len) < sizeof(*iph) || extra < 0)
+	extra = (int)(data_end - (void *)iph) - (int)length_field(iph->tot_len);
+	if (xf_ipv4_csum(iph, data_end) != iph->check || length_field(iph->tot_len) < sizeof(*iph) || extra < 0)
 		return pass(ctx, RT_PASS_MALFORMED);
 	if (iph->ttl <= 1)
 		return pass(ctx, RT_PASS_TTL);
@@ -204,7 +215,7 @@ static __always_inline int route_ipv6(struct xdp_md *ctx, struct xf_cursor *cur,
 	if (ip6h->nexthdr == RT_NEXTHDR_HOP)
 		return pass(ctx, RT_PASS_OPTIONS);
 	/* A payload past the frame: the kernel drops it (ip6_rcv_core). */
-	extra = (int)(data_end - (void *)(ip6h + 1)) - (int)bpf_ntohs(ip6h->payload_len);
+	extra = (int)(data_end - (void *)(ip6h + 1)) - (int)length_field(ip6h->payload_len);
 	if (extra < 0)
 		return pass(ctx, RT_PASS_MALFORMED);
 	if (ip6h->hop_limit <= 1)

@@ -18,9 +18,10 @@ from kernels import Kernel
 
 BUSYBOX = Path("/bin/busybox")  # package busybox-static: no shared libraries to carry along
 # What the guest loads, dependencies first (resolved from modules.dep): the virtio-mmio bus of the microvm machine,
-# the 9p root, the NICs, and what the tc hook's fallbacks use (clsact, cls_bpf), which a chrooted guest could not
-# load later (its /lib/modules is this machine's).
-MODULES = ("virtio_mmio", "9pnet_virtio", "9p", "virtio_net", "sch_ingress", "cls_bpf")
+# the 9p root, the NICs, what the tc hook's fallbacks use (clsact, cls_bpf) and nf_tables (the router reads the
+# host's netfilter rules with nft before it attaches; its libcrc32c asks the crypto API for crc32c by name, so that
+# is not in modules.dep), which a chrooted guest could not load later (its /lib/modules is this machine's).
+MODULES = ("virtio_mmio", "9pnet_virtio", "9p", "virtio_net", "sch_ingress", "cls_bpf", "crc32c_generic", "nf_tables")
 # The guest's /init. The kernel command line names the agent to run (xv.python, xv.agent); everything it needs
 # besides the kernel is this machine's, read through 9p. /tmp and /run are the guest's own (tmpfs), and so is bpffs;
 # the checkout (xv.repo) is bound back in where it lives under one of them.
@@ -55,7 +56,8 @@ if mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose host
     mount -t tmpfs tmpfs /root/run
     case "$repo" in /tmp/*|/run/*) mkdir -p "/root$repo" && mount --bind "/host$repo" "/root$repo";; esac
     echo "xv: agent starts at $(cut -d' ' -f1 /proc/uptime) s"
-    chroot /root "$python" "$agent"
+    # The PATH a root shell on the host has (the collection runs nft, tc and ip by name).
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin chroot /root "$python" "$agent"
     echo "xv: agent exited with $?"
 else
     echo "xv: mounting the host's root over 9p failed"
