@@ -37,7 +37,7 @@ description:
     diff; a longer one is replaced unread.
   - The files it writes are recorded in C(<state_dir>/metrics_textfile.json) before they are written. With
     O(state=absent) it removes them (and C(xdpfleet.prom) and C(xdpfleet_perf.prom) in O(directory), which an
-    earlier version wrote without a record), then the record: C(playbooks/teardown.yml) does that once the timer
+    earlier version wrote without a record), then the record. C(playbooks/teardown.yml) does that once the timer
     is gone, so node_exporter does not go on serving the counters of data planes that are gone as live. That needs
     no inventory variables.
   - C(changed) says whether a file's shape changed, not its numbers. A family or series came or went, or the file was

@@ -67,7 +67,7 @@ def replace_durably(path: str, text: str | bytes, mode: int = FILE_MODE, dir_fd:
     # ".<name>.<8 random characters>", 0600 until written: a reader of *.<suffix> (node_exporter: *.prom) passes
     # over it; O_EXCL|O_NOFOLLOW: never a file or link that was there
     while True:
-        tmp = f".{path}.{''.join(secrets.choice(TEMP_NAME_CHARS) for _ in range(8))}"
+        tmp = f".{path}.{''.join(secrets.choice(TEMP_NAME_CHARS) for _position in range(8))}"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE, dir_fd=dir_fd)
             break
