@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-DEFAULT_FRAMES = 20000
+DEFAULT_FRAMES = 8000
 FRAMES = int(os.environ.get("FUZZ_FRAMES", DEFAULT_FRAMES))
 SEED = int(os.environ.get("FUZZ_SEED", 1))
 
