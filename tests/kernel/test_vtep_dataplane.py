@@ -150,12 +150,16 @@ def drops(lab, port: str) -> dict:
         ("ul", vxlan(100, PEERS_100[0], frame("no I flag"), flags=0), "malformed"),
         ("ul", vxlan(100, PEERS_100[0], b"")[:-4], "malformed"),
         # not decapsulated where the kernel would not take the datagram for its own as it is (issue 13)
-        ("ul", vxlan(100, PEERS_100[0], frame("another host's"), mac="02:00:00:00:cc:01"), "other_host"),
-        ("ul", vxlan_lengths(ip=1, udp=1), "outer_length"),  # the frame ends before the datagram does
-        ("ul", vxlan_lengths(udp=1), "outer_length"),
-        ("ul", vxlan_lengths(ip=-1, udp=-1), "outer_length"),  # the kernel would decapsulate one byte less
-        ("ul", vxlan_lengths(udp=-1), "outer_length"),
-        ("ul", vxlan_lengths(trailer=b"\0" * 4), "outer_length"),
+        pytest.param(
+            "ul", vxlan(100, PEERS_100[0], frame("x"), mac="02:00:00:00:cc:01"), "other_host", id="another-hosts-mac"
+        ),
+        # the frame ends before the datagram does
+        pytest.param("ul", vxlan_lengths(ip=1, udp=1), "outer_length", id="ip-and-udp-longer"),
+        pytest.param("ul", vxlan_lengths(udp=1), "outer_length", id="udp-longer"),
+        # the kernel would trim the frame to the lengths and decapsulate less
+        pytest.param("ul", vxlan_lengths(ip=-1, udp=-1), "outer_length", id="ip-and-udp-shorter"),
+        pytest.param("ul", vxlan_lengths(udp=-1), "outer_length", id="udp-shorter"),
+        pytest.param("ul", vxlan_lengths(trailer=bytes(4)), "outer_length", id="bytes-after-the-datagram"),
     ],
 )
 def test_ingress_drops(vtep, port, frame_bytes, reason):
@@ -173,7 +177,7 @@ def test_ingress_drops(vtep, port, frame_bytes, reason):
         ("ul", bytes(Ether(dst=BROADCAST) / ARP()), XDP_PASS),  # the underlay's own traffic is the host's
         ("ul", bytes(Ether() / IP(dst=LOCAL_IP) / UDP(dport=53) / Raw(b"q")), XDP_PASS),
         ("ul", vxlan(100, PEERS_100[0], frame("not for us"), dst="198.51.100.77"), XDP_PASS),
-        ("ul", vxlan(100, PEERS_100[3], frame("to every host"), mac=BROADCAST), XDP_REDIRECT),
+        pytest.param("ul", vxlan(100, PEERS_100[3], frame("x"), mac=BROADCAST), XDP_REDIRECT, id="to-every-host"),
     ],
 )
 def test_ingress_verdicts(vtep, port, frame_bytes, verdict):
