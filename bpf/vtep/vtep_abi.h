@@ -29,6 +29,12 @@ enum vtep_limits {
 	 */
 	VTEP_SMALL_GROUP = 16,
 	VTEP_MAX_STATIC_FDB = 16384, /* static FDB entries, all VNIs together (fdb_static) */
+	VTEP_MAX_VLAN_BINDINGS = 16384, /* vlan_bindings entries: a (trunk, VID) pair each, all VNIs together */
+	/*
+	 * port_vnis entries: a (VNI, port) pair each, all VNIs together: every access port and trunk of a VNI, and
+	 * every tunnel port its peers are via
+	 */
+	VTEP_MAX_PORT_VNIS = 16384,
 	FDB_SIZE_MIN = 16, /* the smallest learned FDB (fdb_size) */
 	FDB_SIZE_DEFAULT = 65536, /* learned MACs of all VNIs together when the document gives no fdb_size */
 	FDB_SIZE_MAX = 1048576, /* the largest learned FDB (about 100 MB of kernel memory) */
@@ -67,7 +73,19 @@ enum drop_reason {
 	DROP_SPLIT_HORIZON = 13, /* a decapsulated frame towards a tunnel */
 	DROP_HAIRPIN = 14, /* known unicast: the destination is behind the port the frame came from */
 	DROP_FRAGMENT = 15, /* tunnel: the first fragment of VXLAN to the tunnel address (never admitted) */
-	DROP_REASONS = 16,
+	/* tc backend: the kernel refused a copy (bpf_clone_redirect failed: its port is gone or down) */
+	DROP_TX_FAILED = 16,
+	/*
+	 * tunnel: VXLAN to the tunnel address but another host's unicast MAC (the kernel drops it as not its own):
+	 * never decapsulated
+	 */
+	DROP_OTHER_HOST = 17,
+	/*
+	 * tunnel: the outer IP total length or UDP length is not the frame's (the kernel drops a frame shorter than
+	 * they say and trims a longer one; the VTEP decapsulates neither)
+	 */
+	DROP_OUTER_LENGTH = 18,
+	DROP_REASONS = 19,
 };
 
 /* Forwarding events, counted per VNI: traffic_stats.fdb[event]. */

@@ -139,14 +139,14 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, VTEP_MAX_PORTS * 64);
+	__uint(max_entries, VTEP_MAX_VLAN_BINDINGS);
 	__type(key, struct vlan_key);
 	__type(value, struct vni_ref);
 } vlan_bindings SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, VTEP_MAX_PORTS * 64);
+	__uint(max_entries, VTEP_MAX_PORT_VNIS);
 	__type(key, struct port_vni_key);
 	__type(value, struct port_vni);
 } port_vnis SEC(".maps");

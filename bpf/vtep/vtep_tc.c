@@ -36,6 +36,7 @@ static __always_inline int tc_local_copy(struct __sk_buff *skb, struct port_conf
 	struct port_vni *member = NULL;
 	__u32 len = skb->len + (skb->vlan_present ? VLAN_HLEN : 0); /* as on the wire */
 	__u16 vid = 0;
+	long sent;
 
 	if (port->kind == PORT_ACCESS) {
 		if (port->vni != vni)
@@ -56,9 +57,11 @@ static __always_inline int tc_local_copy(struct __sk_buff *skb, struct port_conf
 		return DROP_MTU;
 	if (vid && bpf_skb_vlan_push(skb, bpf_htons(ETH_P_8021Q), vid))
 		return DROP_MALFORMED;
-	bpf_clone_redirect(skb, ifindex, 0);
+	sent = bpf_clone_redirect(skb, ifindex, 0);
 	if (vid && bpf_skb_vlan_pop(skb))
 		return DROP_MALFORMED;
+	if (sent) /* negative: no copy made; positive: the device dropped it */
+		return DROP_TX_FAILED;
 	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), len);
 	count_tx(vs, len);
 	return -1;
@@ -124,7 +127,7 @@ static __always_inline int tc_push_outer(struct __sk_buff *skb, __u32 vni)
 static __always_inline int tc_tunnel_copies(struct __sk_buff *skb, struct vni_members *row, __u32 vni,
 					    struct traffic_stats *vs, __u16 partial)
 {
-	__u32 last = row->count - 1, ifindex, index, i;
+	__u32 last = row->count - 1, ifindex, index, len, i;
 	struct port_config *port;
 	struct bpf_iter_num it;
 	struct peer *peer;
@@ -154,13 +157,19 @@ static __always_inline int tc_tunnel_copies(struct __sk_buff *skb, struct vni_me
 		if (data + VXLAN_OVERHEAD > (__u8 *)(long)skb->data_end)
 			break;
 		finish_outer(data, port, peer, partial);
-		count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), skb->len);
-		count_tx(vs, skb->len);
+		len = skb->len;
+		/* A clone the kernel refuses is not sent (see tc_local_copy). The last copy is the frame itself: where
+		 * bpf_redirect fails after this program, the kernel drops and counts it. */
+		if (i != last && bpf_clone_redirect(skb, ifindex, 0)) {
+			drop(port->slot, vs, DROP_TX_FAILED);
+			continue;
+		}
+		count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), len);
+		count_tx(vs, len);
 		if (i == last) {
 			verdict = bpf_redirect(ifindex, 0);
 			break;
 		}
-		bpf_clone_redirect(skb, ifindex, 0);
 	}
 	bpf_iter_num_destroy(&it);
 	return verdict;

@@ -581,6 +581,11 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 		return XDP_PASS;
 	if (xf_parse_udphdr(&c, data_end, &udp) < 0 || udp->dest != bpf_htons(VXLAN_PORT))
 		return XDP_PASS;
+	/* Sent to another host's MAC (a switch flooding it, a promiscuous port): the kernel would drop it, not take it
+	 * for its own address, and so does the VTEP. */
+	if (!(eth->h_dest[0] & 1) && (*(__u16 *)&eth->h_dest[0] != *(__u16 *)&port->mac[0] ||
+				      *(__u32 *)&eth->h_dest[2] != *(__u32 *)&port->mac[2]))
+		return drop(f->in_slot, NULL, DROP_OTHER_HOST);
 	/* The first fragment of a VXLAN datagram: its tunnel frame cannot be admitted here, and reassembled by the
 	 * host, a VXLAN socket of the kernel on this host would decapsulate it without admission. */
 	if (ip->frag_off & bpf_htons(XF_IP_MF))
@@ -588,6 +593,10 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 	vxh = c.pos;
 	if ((void *)(vxh + 1) > data_end || !(vxh->flags & VXLAN_FLAG_VNI))
 		return drop(f->in_slot, NULL, DROP_MALFORMED);
+	/* The lengths say where the datagram ends: the Inner is what the kernel would decapsulate only when both end
+	 * where the frame does (compared, never added to a pointer: 6.1's verifier does not bound a byte swap). */
+	if (bpf_ntohs(ip->tot_len) != data_end - (void *)ip || bpf_ntohs(udp->len) != data_end - (void *)udp)
+		return drop(f->in_slot, NULL, DROP_OUTER_LENGTH);
 
 	key.vni = bpf_ntohl(vxh->vni) >> 8;
 	admitted = bpf_map_lookup_elem(&port_vnis, &key);

@@ -9,7 +9,8 @@ Invariants, on every frame:
 - no verifier or runtime error: the run succeeds, the verdict is DROP, PASS or REDIRECT;
 - every drop counted under a reason: the ports' drop counters move by exactly the frames (and copies) dropped;
 - a frame the VTEP may not forward (malformed, untagged on a trunk, an unbound VID, VXLAN for a VNI not admitted on
-  the port or from a source that is not a peer of the VNI) is never redirected, and a local port's frame is never
+  the port or from a source that is not a peer of the VNI, to another host's MAC, or whose outer IP or UDP length is
+  not the frame's) is never redirected, and a local port's frame is never
   handed to the host;
 - what is redirected carries the frame's own VNI (Outer, stamp or tag) and its Inner unchanged;
 - a copy leaves only through a member of the frame's VNI, never through the port the frame came in on, never into a
@@ -95,10 +96,11 @@ HOST = lambda why: Expect(frozenset({fz.XDP_PASS}), why=why)  # noqa: E731
 DROP = lambda why: Expect(frozenset({fz.XDP_DROP}), why=why)  # noqa: E731
 
 
-def expect(port: str, frame: bytes) -> Expect:
-    """The model: what the VTEP may do with `frame` arriving on `port`, from the configuration alone."""
+def expect(port: str, frame: bytes, ports) -> Expect:
+    """The model: what the VTEP may do with `frame` arriving on `port`, from the configuration (and the tunnel
+    ports' MACs) alone."""
     if port in LOCAL_IPS:
-        return expect_tunnel(port, frame)
+        return expect_tunnel(port, frame, fz.mac(ports[port].mac))
     if len(frame) < 14:
         return DROP("short Ethernet")
     vni_of_port = {a.port: v.vni for v in CONFIG.vnis for a in v.access_ports}
@@ -121,7 +123,7 @@ def expect(port: str, frame: bytes) -> Expect:
     return Expect(frozenset({fz.XDP_REDIRECT, fz.XDP_DROP}), vni, inner)
 
 
-def expect_tunnel(port: str, frame: bytes) -> Expect:
+def expect_tunnel(port: str, frame: bytes, port_mac: bytes) -> Expect:
     at = 12
     for _ in range(2):  # the underlay may be tagged: two tags are looked through
         if len(frame) < at + 2:
@@ -144,11 +146,16 @@ def expect_tunnel(port: str, frame: bytes) -> Expect:
         return HOST("no UDP header")
     if int.from_bytes(frame[udp + 2 : udp + 4], "big") != 4789:
         return HOST("not the VXLAN port")
+    if not frame[0] & 1 and frame[:6] != port_mac:
+        return DROP("another host's MAC")
     if fragment & 0x2000:
         return DROP("the first fragment of VXLAN")
     vx = udp + 8
     if len(frame) < vx + 8 or not frame[vx] & 0x08:
         return DROP("no VXLAN header, or no I flag")
+    ip_length, udp_length = (int.from_bytes(frame[at + 2 : at + 4], "big") for at in (ip, udp + 2))
+    if ip_length != len(frame) - ip or udp_length != len(frame) - udp:
+        return DROP("outer lengths are not the frame's")
     vni = int.from_bytes(frame[vx + 4 : vx + 7], "big")
     if vni not in VNIS or port not in {p.via for p in VNIS[vni].peers}:
         return DROP(f"VNI {vni} not admitted on {port}")
@@ -228,7 +235,7 @@ def truncation_frames(seed: int, ports):
             frame = tunnel_frame(rng, port, ports) if port in LOCAL_IPS else local_frame(rng, 200)
             if port == "tr":
                 frame = frame[:12] + struct.pack("!HH", fz.ETH_8021Q, 30) + frame[12:]
-            if expect(port, frame).vni is not None and len(frame) > 60:
+            if expect(port, frame, ports).vni is not None and len(frame) > 60:
                 break
         for cut in fz.truncations(frame):
             yield port, 0, cut
@@ -414,7 +421,7 @@ def test_fuzz_vtep(vtep):
         while index < fz.FRAMES:
             port, meta, frame = next(frames, None) or fuzz_frame(run.seed, index, vtep.ports)
             where = f"port {port}, {meta} bytes of metadata"
-            exp = expect(port, frame)
+            exp = expect(port, frame, vtep.ports)
             try:
                 result = run_frame(vtep, prog_fd, port, meta, frame, live=False)
             except OSError as e:

@@ -4,8 +4,10 @@ and replication, encapsulation and decapsulation with real frames through veths,
 Both backends are held to the same assertions (the `vtep` fixture runs a test on each, on one namespace and one
 loaded object: the backend is only which programs are attached); tests of one backend's own mechanics say so."""
 
+import dataclasses
 import os
 import struct
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
-from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns
+from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns, netns, port_facts, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
@@ -39,6 +41,8 @@ PEERS_100 = [f"198.51.100.{10 + i}" for i in range(16)]  # 16 remote VTEPs behin
 PEERS_200 = [f"198.51.100.{40 + i}" for i in range(5)]
 SECOND_UPLINK_PEER = "198.51.100.60"
 BROADCAST = "ff:ff:ff:ff:ff:ff"
+# The tunnel ports' MACs: VXLAN to another MAC is not decapsulated.
+UNDERLAY_MACS = {"ul": "02:00:00:00:bb:01", "ul2": "02:00:00:00:bb:02"}
 HOST_MAC = "02:00:00:00:aa:01"
 
 
@@ -70,7 +74,7 @@ def config(peers_100=PEERS_100) -> VtepConfig:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     lab = VtepNetns.create(f"{LAB_PREFIX}v-{os.getpid()}", {"a1": 1500, "a2": 1500, "a3": 1500, "tr": 1500, "ul": 1600,
-                                                  "ul2": 1600})  # fmt: skip
+                                                  "ul2": 1600}, UNDERLAY_MACS)  # fmt: skip
     try:
         lab.load("native", str(tmp_path_factory.mktemp("bpfcache")))
         lab.configure(config())
@@ -105,14 +109,25 @@ def frame(marker: str, size: int = 0, dst: str = BROADCAST, tags=()) -> bytes:
     return raw + b"\0" * max(0, size - len(raw))
 
 
-def vxlan(vni: int, src: str, inner: bytes, dst: str = LOCAL_IP, flags: int = 0x08) -> bytes:
+def vxlan(vni: int, src: str, inner: bytes, dst: str = LOCAL_IP, flags: int = 0x08, mac: str | None = None) -> bytes:
+    """VXLAN as a peer sends it, to the MAC of the tunnel port with address dst (or to `mac`)."""
+    to = mac or UNDERLAY_MACS["ul2" if dst == "198.51.100.2" else "ul"]
     return bytes(
-        Ether(dst="02:00:00:00:bb:01", src=peer_mac(PEERS_100[0]))
+        Ether(dst=to, src=peer_mac(PEERS_100[0]))
         / IP(src=src, dst=dst)
         / UDP(sport=50000, dport=4789)
         / VXLAN(vni=vni, flags=flags)
         / Raw(inner)
     )
+
+
+def vxlan_lengths(ip: int = 0, udp: int = 0, trailer: bytes = b"") -> bytes:
+    """VXLAN from a peer with its outer IP total length and UDP length off by `ip` and `udp`, and bytes after the
+    datagram."""
+    raw = bytearray(vxlan(100, PEERS_100[0], frame("lengths")) + trailer)
+    for at, delta in ((14 + 2, ip), (14 + 20 + 4, udp)):
+        raw[at : at + 2] = (int.from_bytes(raw[at : at + 2], "big") + delta).to_bytes(2, "big")
+    return bytes(raw)
 
 
 def drops(lab, port: str) -> dict:
@@ -134,6 +149,17 @@ def drops(lab, port: str) -> dict:
         ("ul2", vxlan(200, PEERS_200[0], frame("vni200 on ul2"), dst="198.51.100.2"), "not_admitted"),
         ("ul", vxlan(100, PEERS_100[0], frame("no I flag"), flags=0), "malformed"),
         ("ul", vxlan(100, PEERS_100[0], b"")[:-4], "malformed"),
+        # not decapsulated where the kernel would not take the datagram for its own as it is (issue 13)
+        pytest.param(
+            "ul", vxlan(100, PEERS_100[0], frame("x"), mac="02:00:00:00:cc:01"), "other_host", id="another-hosts-mac"
+        ),
+        # the frame ends before the datagram does
+        pytest.param("ul", vxlan_lengths(ip=1, udp=1), "outer_length", id="ip-and-udp-longer"),
+        pytest.param("ul", vxlan_lengths(udp=1), "outer_length", id="udp-longer"),
+        # the kernel would trim the frame to the lengths and decapsulate less
+        pytest.param("ul", vxlan_lengths(ip=-1, udp=-1), "outer_length", id="ip-and-udp-shorter"),
+        pytest.param("ul", vxlan_lengths(udp=-1), "outer_length", id="udp-shorter"),
+        pytest.param("ul", vxlan_lengths(trailer=bytes(4)), "outer_length", id="bytes-after-the-datagram"),
     ],
 )
 def test_ingress_drops(vtep, port, frame_bytes, reason):
@@ -151,6 +177,7 @@ def test_ingress_drops(vtep, port, frame_bytes, reason):
         ("ul", bytes(Ether(dst=BROADCAST) / ARP()), XDP_PASS),  # the underlay's own traffic is the host's
         ("ul", bytes(Ether() / IP(dst=LOCAL_IP) / UDP(dport=53) / Raw(b"q")), XDP_PASS),
         ("ul", vxlan(100, PEERS_100[0], frame("not for us"), dst="198.51.100.77"), XDP_PASS),
+        pytest.param("ul", vxlan(100, PEERS_100[3], frame("x"), mac=BROADCAST), XDP_REDIRECT, id="to-every-host"),
     ],
 )
 def test_ingress_verdicts(vtep, port, frame_bytes, verdict):
@@ -402,3 +429,35 @@ def test_trunk_copy_for_a_vni_the_trunk_left_is_dropped(vtep):
         assert drops(vtep, "tr")["not_member"] == before + 1
     finally:
         memberships.update(key, saved)
+
+
+@pytest.mark.parametrize("how", ["gone", "down"])
+@pytest.mark.parametrize(("backend", "tc_attach"), ATTACHMENTS[1:], ids=ATTACHMENT_IDS[1:])
+def test_a_copy_the_kernel_refuses_is_counted_as_failed_not_sent(lab, backend, tc_attach, how):
+    """The TC backend's copies are clones (bpf_clone_redirect): one to a member port that is gone (deleted after the
+    configuration named it) or down is not sent, and is counted as tx_failed on the port and the VNI, not as sent.
+    The other members still get theirs."""
+    if (lab.backend, lab.tc_attach) != (backend, tc_attach):
+        lab.attach("native", backend, tc_attach)
+    sh("ip", "-n", lab.name, "link", "add", "xm", "type", "veth", "peer", "name", "xmp")
+    try:
+        sh("ip", "-n", lab.name, "link", "set", "xm", "up")
+        with netns(lab.name):
+            member = port_facts("xm")
+        vnis = tuple(
+            dataclasses.replace(v, access_ports=(*v.access_ports, *access("xm"))) if v.vni == 200 else v
+            for v in config().vnis
+        )
+        lab.configure(VtepConfig(config().tunnel_ports, vnis), ports={**lab.ports, "xm": member})
+        sh("ip", "-n", lab.name, "link", *(("del", "xm") if how == "gone" else ("set", "xm", "down")))
+        before = lab.counters()["vnis"][200]["drops"].get("tx_failed", 0)
+        lab.drain_all()
+        lab.test_run("a3", frame("to a member that cannot take it"), live=True)
+        assert len(lab.taps["ul"].drain()) == len(PEERS_200)
+        counted = lab.counters()
+        port = counted["ports"][str(member.ifindex)]
+        assert port["drops"] == {"tx_failed": 1} and port["tx_packets"] == 0
+        assert counted["vnis"][200]["drops"]["tx_failed"] == before + 1
+    finally:
+        lab.configure(config())
+        subprocess.run(["ip", "-n", lab.name, "link", "del", "xm"], check=False, capture_output=True)

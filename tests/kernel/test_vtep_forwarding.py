@@ -35,6 +35,7 @@ PEERS = [f"198.51.100.{10 + i}" for i in range(3)]
 BROADCAST = "ff:ff:ff:ff:ff:ff"
 STATIONS = ("one", "two", "three", "far", "pinned", "pinned_far", "tagged")
 STATION = {name: f"02:00:00:00:5a:{n:02x}" for n, name in enumerate(STATIONS, start=1)}
+UNDERLAY_MAC = "02:00:00:00:bb:01"  # ul's: VXLAN to another MAC is not decapsulated
 PORTS = {"a1": 1500, "a2": 1500, "a3": 1500, "tr": 1500, "tr2": 1500, "ul": 1600}
 FDB_SIZE = 64
 TC_ACT_UNSPEC = -1  # linux/pkt_cls.h; tcx: go on to the next program
@@ -72,7 +73,7 @@ def config(aging: int = 300, vni100_access=("a1", "a2")) -> VtepConfig:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    lab = VtepNetns.create(f"{LAB_PREFIX}vf-{os.getpid()}", PORTS)
+    lab = VtepNetns.create(f"{LAB_PREFIX}vf-{os.getpid()}", PORTS, {"ul": UNDERLAY_MAC})
     try:
         lab.load("native", str(tmp_path_factory.mktemp("bpfcache")), fdb_size=FDB_SIZE)
         lab.configure(config())
@@ -126,7 +127,7 @@ def frame(marker: str, src: str, dst: str = BROADCAST, tags=()) -> bytes:
 
 def vxlan(vni: int, peer: str, inner: bytes) -> bytes:
     return bytes(
-        Ether(dst="02:00:00:00:bb:01", src=peer_mac(peer))
+        Ether(dst=UNDERLAY_MAC, src=peer_mac(peer))
         / IP(src=peer, dst=LOCAL_IP)
         / UDP(sport=50000, dport=4789)
         / VXLAN(vni=vni)

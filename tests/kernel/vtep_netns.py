@@ -120,12 +120,14 @@ class VtepNetns:
     tc_attach: str | None = None
 
     @classmethod
-    def create(cls, name: str, port_mtus: dict[str, int]) -> VtepNetns:
+    def create(cls, name: str, port_mtus: dict[str, int], macs: dict[str, str] | None = None) -> VtepNetns:
+        """macs: the MAC of a port where a test needs to know it beforehand (the others are random)."""
         sh("ip", "netns", "add", name)
         lab = cls(name)
         for port, mtu in port_mtus.items():
-            sh("ip", "-n", name, "link", "add", port, "mtu", str(mtu), "type", "veth", "peer", "name", f"{port}p",
-               "mtu", str(mtu))  # fmt: skip
+            address = ("address", macs[port]) if macs and port in macs else ()
+            sh("ip", "-n", name, "link", "add", port, *address, "mtu", str(mtu), "type", "veth", "peer", "name",
+               f"{port}p", "mtu", str(mtu))  # fmt: skip
             for end in (port, f"{port}p"):
                 sh("ip", "-n", name, "link", "set", end, "up")
             # Redirected frames reach a veth only when its peer runs XDP or has GRO (NAPI) on.

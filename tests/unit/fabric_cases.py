@@ -113,6 +113,16 @@ def too_many_vnis(group, hosts):
     _vnis(hosts, "b")[:] = [{"vni": vni, "access_ports": [f"a{vni}"]} for vni in range(1, 4098)]
 
 
+def trunks_beyond_vlan_bindings(group, hosts):
+    """5 trunks in 3,300 more VNIs: 16,500 (trunk, VID) pairs for vlan_bindings' 16,384 entries (it passed the
+    controller and was refused on the host, after compile and load, in the middle of a rollout)."""
+    vnis = range(1000, 4300)
+    group["fabric_vnis"] += [{"vni": vni} for vni in vnis]
+    _vnis(hosts, "b").extend(
+        {"vni": vni, "trunks": [{"port": f"tk{t}", "vid": vni - 999} for t in range(5)]} for vni in vnis
+    )
+
+
 def no_port_between(group, hosts):
     hosts["e"] = {
         "fabric_vtep": {
@@ -179,6 +189,11 @@ INVALID = [
     ),
     (too_many_members, "b: fabric_vtep.vnis[0]: VNI 100 has 264 members (260 local ports + 4 peers), above the"),
     (too_many_vnis, "b: fabric_vtep.vnis: lists 4097, more than the maximum 4096"),
+    (
+        trunks_beyond_vlan_bindings,
+        "b: fabric_vtep.vnis[3278].trunks[4]: the document needs 16500 entries of vlan_bindings (one per (trunk, VID) "
+        "pair), above the data plane's limit of 16384 (VTEP_MAX_VLAN_BINDINGS)",
+    ),
     (no_port_between, "a: fabric_vtep.tunnel_ports: no port towards e: a has several tunnel ports"),
     (overlapping_subnets, "a: fabric_vtep.tunnel_ports: no port towards b: the connected subnets of a's ul-b, ul-c"),
     (unknown_key, "b: fabric_vtep.vnis[0]: unknown key 'acess_ports' (did you mean 'access_ports'?)"),

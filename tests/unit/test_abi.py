@@ -141,7 +141,7 @@ def test_an_object_without_the_header_is_refused(cache):
 
 def test_python_reads_the_counters_by_the_c_names():
     assert vtep_abi.DROP_REASONS[:3] == ("malformed", "untagged", "vid_reserved")
-    assert len(vtep_abi.DROP_REASONS) == vtep_abi.DROP_REASON["DROP_REASONS"] == 16
+    assert len(vtep_abi.DROP_REASONS) == vtep_abi.DROP_REASON["DROP_REASONS"] == 19
     assert vtep_abi.DROP_REASONS[vtep_abi.DROP_REASON["DROP_SPLIT_HORIZON"]] == "split_horizon"
     assert vtep_abi.PORT_KINDS == {1: "access", 2: "trunk", 3: "tunnel"}
     assert vtep_layouts.TrafficStats.drops.size == 8 * len(vtep_abi.DROP_REASONS)

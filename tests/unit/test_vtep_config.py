@@ -771,6 +771,36 @@ def test_more_peers_than_tunnel_peers_holds_are_refused_before_the_host():
     ]
 
 
+def test_more_port_vnis_than_the_map_holds_are_refused_before_the_host():
+    """4 trunks in 4,094 VNIs fill vlan_bindings and port_vnis to 16,376 of their 16,384 entries; a tunnel port in 9
+    of the VNIs adds 9 port_vnis rows, one too many. The plan refused it only on the host, after the object was
+    loaded (issue 25)."""
+    doc = document()
+    trunks = [f"tr{t}" for t in range(4)]
+    doc["vnis"] = [{"vni": 1000 + v, "trunks": [{"port": p, "vid": v + 1} for p in trunks]} for v in range(4094)]
+    interfaces = {**host(), **facts(**{name: 1500 for name in trunks})}
+    assert len(vc.validate(doc, interfaces).vnis) == 4094
+    for entry in doc["vnis"][:9]:
+        entry["peers"] = [{"ip": "198.51.100.2", "via": "tun-b"}]
+    assert problems_of(doc, interfaces) == [
+        "vnis[4093].trunks[3]: the document needs 16385 entries of port_vnis (one per (VNI, port) pair: access "
+        "ports, trunks and the tunnel ports of peers), above the data plane's limit of 16384 (VTEP_MAX_PORT_VNIS); "
+        "this is the first that does not fit"
+    ]
+
+
+def test_more_trunk_bindings_than_vlan_bindings_holds_are_refused_before_the_host():
+    """5 trunks in 3,300 VNIs: 16,500 (trunk, VID) pairs for vlan_bindings' 16,384 entries."""
+    doc = document()
+    trunks = [f"tr{t}" for t in range(5)]
+    doc["vnis"] = [{"vni": 1000 + v, "trunks": [{"port": p, "vid": v + 1} for p in trunks]} for v in range(3300)]
+    interfaces = {**host(), **facts(**{name: 1500 for name in trunks})}
+    assert problems_of(doc, interfaces)[0] == (
+        "vnis[3276].trunks[4]: the document needs 16500 entries of vlan_bindings (one per (trunk, VID) pair), above "
+        "the data plane's limit of 16384 (VTEP_MAX_VLAN_BINDINGS); this is the first that does not fit"
+    )
+
+
 def test_there_are_enough_invalid_cases():
     assert len(INVALID) >= 24
 

@@ -40,6 +40,13 @@ LIMITS = abi.Enum(
             "this many members live in maps of that size (vni_flood, vni_local), larger ones in the *_large maps",
         ),
         ("VTEP_MAX_STATIC_FDB", 16384, "static FDB entries, all VNIs together (fdb_static)"),
+        ("VTEP_MAX_VLAN_BINDINGS", 16384, "vlan_bindings entries: a (trunk, VID) pair each, all VNIs together"),
+        (
+            "VTEP_MAX_PORT_VNIS",
+            16384,
+            "port_vnis entries: a (VNI, port) pair each, all VNIs together: every access port and trunk of a VNI, and "
+            "every tunnel port its peers are via",
+        ),
         ("FDB_SIZE_MIN", 16, "the smallest learned FDB (fdb_size)"),
         ("FDB_SIZE_DEFAULT", 65536, "learned MACs of all VNIs together when the document gives no fdb_size"),
         ("FDB_SIZE_MAX", 1048576, "the largest learned FDB (about 100 MB of kernel memory)"),
@@ -62,6 +69,8 @@ VTEP_MAX_MEMBERS = LIMITS["VTEP_MAX_MEMBERS"]
 VTEP_MAX_PEERS = LIMITS["VTEP_MAX_PEERS"]
 VTEP_SMALL_GROUP = LIMITS["VTEP_SMALL_GROUP"]
 VTEP_MAX_STATIC_FDB = LIMITS["VTEP_MAX_STATIC_FDB"]
+VTEP_MAX_VLAN_BINDINGS = LIMITS["VTEP_MAX_VLAN_BINDINGS"]
+VTEP_MAX_PORT_VNIS = LIMITS["VTEP_MAX_PORT_VNIS"]
 FDB_SIZE_MIN = LIMITS["FDB_SIZE_MIN"]
 FDB_SIZE_DEFAULT = LIMITS["FDB_SIZE_DEFAULT"]
 FDB_SIZE_MAX = LIMITS["FDB_SIZE_MAX"]
@@ -105,6 +114,23 @@ DROP_REASON = abi.Enum(
         ("DROP_SPLIT_HORIZON", 13, "a decapsulated frame towards a tunnel"),
         ("DROP_HAIRPIN", 14, "known unicast: the destination is behind the port the frame came from"),
         ("DROP_FRAGMENT", 15, "tunnel: the first fragment of VXLAN to the tunnel address (never admitted)"),
+        (
+            "DROP_TX_FAILED",
+            16,
+            "tc backend: the kernel refused a copy (bpf_clone_redirect failed: its port is gone or down)",
+        ),
+        (
+            "DROP_OTHER_HOST",
+            17,
+            "tunnel: VXLAN to the tunnel address but another host's unicast MAC (the kernel drops it as not its own): "
+            "never decapsulated",
+        ),
+        (
+            "DROP_OUTER_LENGTH",
+            18,
+            "tunnel: the outer IP total length or UDP length is not the frame's (the kernel drops a frame shorter than "
+            "they say and trims a longer one; the VTEP decapsulates neither)",
+        ),
     ),
     count="DROP_REASONS",
 )

@@ -58,8 +58,10 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
     VTEP_MAX_IFINDEX,
     VTEP_MAX_MEMBERS,
     VTEP_MAX_PEERS,
+    VTEP_MAX_PORT_VNIS,
     VTEP_MAX_PORTS,
     VTEP_MAX_STATIC_FDB,
+    VTEP_MAX_VLAN_BINDINGS,
     VTEP_MAX_VNIS,
     VXLAN_OVERHEAD,
 )
@@ -434,6 +436,25 @@ def _fdb_problems(path: str, entry: dict, peer_path: dict) -> list[str]:
     return problems
 
 
+def _map_problems(name: str, entry: str, keys: list[tuple[tuple, str]], limit: int) -> list[str]:
+    """A map of the data plane that holds one entry per distinct key (keys: (key, the item it comes from), in
+    document order) and at most `limit`: the item whose entry is the first that does not fit, if any. Checked here
+    so that a document the map cannot hold is refused before anything on the host changes (the controller too)."""
+    seen: set[tuple] = set()
+    beyond = None
+    for key, path in keys:
+        if key not in seen:
+            seen.add(key)
+            if len(seen) == limit + 1:
+                beyond = path
+    if beyond is None:
+        return []
+    return [
+        f"{beyond}: the document needs {len(seen)} entries of {name} (one per {entry}), above the data plane's limit "
+        f"of {limit} (VTEP_MAX_{name.upper()}); this is the first that does not fit"
+    ]
+
+
 def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | None) -> list[str]:
     """The rules a schema cannot express, for a document that passed the schema. Every problem, none raised.
 
@@ -500,6 +521,9 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | No
     declared = _names(sorted(tunnel_path)) or "none"
     static_entries = 0
     peer_entries = 0
+    # The keys of the hash maps the document fills, with the item each comes from, in document order.
+    bindings: list[tuple[tuple[str, int], str]] = []  # vlan_bindings: (trunk, VID)
+    memberships: list[tuple[tuple[int, str], str]] = []  # port_vnis: (VNI, port)
     for i, entry in enumerate(vnis):
         path, vni = f"vnis[{i}]", entry["vni"]
         access, trunks, peers = entry.get("access_ports", []), entry.get("trunks", []), entry.get("peers", [])
@@ -513,6 +537,7 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | No
             apath = f"{path}.access_ports[{j}]"
             if not use(name, "access", apath, vni):
                 continue
+            memberships.append(((vni, name), apath))
             if name in access_owner:
                 other_vni, other_path = access_owner[name]
                 if other_vni == vni:
@@ -531,6 +556,8 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | No
             tpath, name, vid = f"{path}.trunks[{j}]", trunk["port"], trunk["vid"]
             if not use(name, "trunk", f"{tpath}.port", vni):
                 continue
+            bindings.append(((name, vid), tpath))
+            memberships.append(((vni, name), tpath))
             if name in port_vid:
                 other_vid, other_path = port_vid[name]
                 if other_vid == vid:
@@ -573,6 +600,8 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | No
             key = int(address)
             if via not in tunnel_path:
                 problems.append(f"{ppath}.via: {via} is not a declared tunnel port (declared: {declared})")
+            else:
+                memberships.append(((vni, via), f"{ppath}.via"))
             if bad:
                 problems.append(f"{ppath}.ip: {address} {bad}; a peer must be a unicast address")
             elif key in local_ips:
@@ -616,6 +645,13 @@ def semantic_problems(document: dict, interfaces: dict[str, InterfaceFacts] | No
             f"document: has {static_entries} static FDB entries, above the data plane's limit of "
             f"{VTEP_MAX_STATIC_FDB} (VTEP_MAX_STATIC_FDB)"
         )
+    problems += _map_problems("vlan_bindings", "(trunk, VID) pair", bindings, VTEP_MAX_VLAN_BINDINGS)
+    problems += _map_problems(
+        "port_vnis",
+        "(VNI, port) pair: access ports, trunks and the tunnel ports of peers",
+        memberships,
+        VTEP_MAX_PORT_VNIS,
+    )
     if len(first_use) > VTEP_MAX_PORTS:
         problems.append(
             f"document: uses {len(first_use)} ports, above the data plane's limit of {VTEP_MAX_PORTS} (VTEP_MAX_PORTS)"
