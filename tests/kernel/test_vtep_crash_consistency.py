@@ -112,7 +112,10 @@ CHILD = textwrap.dedent(
         desired = plan.compile_desired(config, ports, {}, held, next(iter(held.egress_tags), ""))
         difference = plan.diff(held, desired)
         if not difference.empty:
-            problems.append(f"maps differ: {difference}")
+            written = {n: len(e) for n, e in difference.upserts.items() if e}
+            removed = {n: len(k) for n, k in difference.deletes.items() if k}
+            groups = sorted({(g.kind, g.vni) for g in difference.groups})
+            problems.append(f"maps differ: to write {written}, to remove {removed}, groups {groups}")
         used = set(config.ports())
         for port in ports:
             if port not in args["ports"]:
@@ -238,7 +241,7 @@ def test_an_update_killed_at_any_step_ends_in_the_old_or_the_new_configuration(h
         if after_rerun != "new":
             between.append(f"kill point {n}, then the re-run: {after_rerun}")
         host.killed_update(n)
-        _, restored, after_restore = host.run("reboot", "restore", "state")
+        restored, after_restore = host.run("reboot", "restore", "state")
         if after_restore not in ("old", "new"):
             between.append(f"kill point {n}, then the restore ({restored}): {after_restore}")
     print(f"\nVTEP update: {steps} kill points, {len(points)} tried; hosts between the configurations right after "
