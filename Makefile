@@ -170,12 +170,15 @@ scale: deps
 	XDPFLEET_SCALE_VTEPS=$(SCALE_VTEPS) $(BIN)/python -m pytest -s $(CURDIR)/tests/scale
 
 # The data planes' fuzz tests at full size (`make test` runs them at tests/kernel/fuzzlib.py's DEFAULT_FRAMES, seed 1).
-# One process, output shown: each data plane prints its frames, seed and rate.
+# One process, output shown: each data plane prints its frames, seed and rate. Then a VTEP update killed at every
+# one of its steps (make test tries a few), which prints the kill points and the hosts left between configurations.
 FUZZ_FRAMES ?= 1000000
 FUZZ_SEED ?= $(shell date +%s)
 fuzz: deps
 	FUZZ_FRAMES=$(FUZZ_FRAMES) FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest -p no:xdist -s -q \
 		$(CURDIR)/tests/kernel/test_fuzz_*.py
+	XDPFLEET_TEST_KILL_POINTS=all $(BIN)/python -m pytest -p no:xdist -s -q \
+		$(CURDIR)/tests/kernel/test_vtep_crash_consistency.py
 
 unit: deps
 	$(BIN)/python -m pytest $(CURDIR)/tests/unit

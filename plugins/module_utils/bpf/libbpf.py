@@ -16,6 +16,8 @@ import errno
 import os
 from dataclasses import dataclass
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import kill_points
+
 # uapi constants (linux/bpf.h, linux/if_link.h)
 BPF_XDP = 37
 BPF_TCX_INGRESS = 46
@@ -504,11 +506,13 @@ def map_fd_by_id(map_id: int) -> int:
 
 
 def pin(fd: int, path: str) -> None:
+    kill_points.step()
     _check(f"bpf_obj_pin({path})", lib().bpf_obj_pin(fd, path.encode()))
 
 
 def unpin(path: str) -> None:
     """Remove a pin; the object lives on while other references (an attachment, an fd) hold it."""
+    kill_points.step()
     try:
         os.unlink(path)
     except OSError as exc:
@@ -525,6 +529,7 @@ def obj_get(path: str) -> int:
 
 def xdp_link_create(prog_fd: int, ifindex: int, mode: str) -> int:
     """Attach an XDP program to an interface through a new bpf_link; returns the link fd."""
+    kill_points.step()
     opts = _LinkCreateOpts(sz=ctypes.sizeof(_LinkCreateOpts), flags=XDP_MODE_FLAGS[mode])
     return _check(f"bpf_link_create(ifindex {ifindex}, {mode})", lib().bpf_link_create(prog_fd, ifindex, BPF_XDP, opts))
 
@@ -532,6 +537,7 @@ def xdp_link_create(prog_fd: int, ifindex: int, mode: str) -> int:
 def tcx_link_create(prog_fd: int, ifindex: int) -> int:
     """Attach a tc (SCHED_CLS) program at the interface's tcx ingress through a new bpf_link; returns the link fd.
     tcx runs several programs in order: this one goes last, after any already attached."""
+    kill_points.step()
     opts = _LinkCreateOpts(sz=ctypes.sizeof(_LinkCreateOpts))
     created = lib().bpf_link_create(prog_fd, ifindex, BPF_TCX_INGRESS, opts)
     return _check(f"bpf_link_create(ifindex {ifindex}, tcx ingress)", created)
@@ -543,6 +549,7 @@ def link_update(link_fd: int, new_prog_fd: int, old_prog_fd: int | None = None) 
     With old_prog_fd the kernel refuses (EPERM) when the link no longer runs that program, so a concurrent
     change is never overwritten silently.
     """
+    kill_points.step()
     opts = _LinkUpdateOpts(sz=ctypes.sizeof(_LinkUpdateOpts))
     if old_prog_fd is not None:
         opts.flags = BPF_F_REPLACE
@@ -551,6 +558,7 @@ def link_update(link_fd: int, new_prog_fd: int, old_prog_fd: int | None = None) 
 
 
 def link_detach(link_fd: int) -> None:
+    kill_points.step()
     _check("bpf_link_detach", lib().bpf_link_detach(link_fd))
 
 
@@ -711,6 +719,7 @@ class Map:
         return value.raw
 
     def update(self, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
+        kill_points.step()
         _check(
             f"bpf_map_update_elem({self.name})",
             lib().bpf_map_update_elem(self.fd, self._key(key), self._value(value), flags),
@@ -718,6 +727,7 @@ class Map:
 
     def delete(self, key: bytes) -> bool:
         """Delete one entry; False when it was not there."""
+        kill_points.step()
         ret = lib().bpf_map_delete_elem(self.fd, self._key(key))
         if ret == -errno.ENOENT:
             return False
@@ -782,6 +792,7 @@ class Map:
     def update_batch(self, entries: list[tuple[bytes, bytes]], flags: int = BPF_ANY) -> None:
         if not entries:
             return
+        kill_points.step()
         keys = b"".join(bytes(self._key(k).raw) for k, _v in entries)
         values = b"".join(bytes(self._value(v).raw) for _k, v in entries)
         count = ctypes.c_uint32(len(entries))
@@ -792,6 +803,7 @@ class Map:
     def delete_batch(self, keys: list[bytes]) -> None:
         if not keys:
             return
+        kill_points.step()
         raw = b"".join(bytes(self._key(k).raw) for k in keys)
         count = ctypes.c_uint32(len(keys))
         opts = _MapBatchOpts(sz=ctypes.sizeof(_MapBatchOpts))

@@ -381,7 +381,7 @@ def same_record(a: dict, b: dict) -> bool:
 
 
 @contextlib.contextmanager
-def recording(paths: InstancePaths, record: dict, check_mode: bool):
+def recording(paths: InstancePaths, record: dict, check_mode: bool, settled: dict | None = None):
     """Record `record` as the instance's configuration before the block changes the data plane, and put the
     previous record back when the block fails (its changes were undone). Yields whether the record changes.
 
@@ -389,20 +389,29 @@ def recording(paths: InstancePaths, record: dict, check_mode: bool):
     leaves a record of what was being applied: a re-run or the restore at boot then converges to it. A record that
     differs from what already runs (one lost or left stale by an earlier run) is rewritten even when nothing else
     changes, so a re-run repairs it. The record also keeps the instance's place in the order of deployment
-    (deploy_order), which the restore follows."""
+    (deploy_order), which the restore follows.
+
+    settled: the record once the block's changes are all made, where it says less than `record`, the record of
+    intent (the VTEP's: ports it lets go, whose flags the block puts back; a kill before that must leave a record
+    that still names them). It replaces `record` after the block succeeded."""
     previous = load_state(paths)
-    record = {**record, DEPLOY_ORDER: deploy_order(paths, previous, record)}
-    rewrite = not same_record(previous, record)
-    if check_mode or not rewrite:
-        yield rewrite
+    order = deploy_order(paths, previous, record)
+    record = {**record, DEPLOY_ORDER: order}
+    settled = record if settled is None else {**settled, DEPLOY_ORDER: order}
+    if check_mode:
+        yield not same_record(previous, settled)
         return
+    intent_written = not same_record(previous, record)
+    if intent_written:
+        try:
+            write_state(paths, record)
+        except OSError as exc:
+            raise RecordError(f"{paths.name}: writing {paths.state_file} failed, nothing was changed: {exc}") from exc
     try:
-        write_state(paths, record)
-    except OSError as exc:
-        raise RecordError(f"{paths.name}: writing {paths.state_file} failed, nothing was changed: {exc}") from exc
-    try:
-        yield rewrite
+        yield not same_record(previous, settled)
     except BaseException as failure:
+        if not intent_written:
+            raise
         try:
             if previous:
                 write_state(paths, previous)
@@ -414,6 +423,14 @@ def recording(paths: InstancePaths, record: dict, check_mode: bool):
                 "configuration that failed, which a re-run or the restore applies"
             ) from failure
         raise
+    if not same_record(record if intent_written else previous, settled):
+        try:
+            write_state(paths, settled)
+        except OSError as exc:
+            raise RecordError(
+                f"{paths.name}: the configuration is applied but writing its final record {paths.state_file} failed "
+                f"({exc}): a re-run writes it"
+            ) from exc
 
 
 def compatible(

@@ -17,6 +17,8 @@ import os
 import secrets
 import stat
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import kill_points
+
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 TEMP_NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
@@ -64,6 +66,7 @@ def replace_durably(path: str, text: str | bytes, mode: int = FILE_MODE, dir_fd:
         finally:
             os.close(dir_fd)
         return
+    kill_points.step()
     # ".<name>.<8 random characters>", 0600 until written: a reader of *.<suffix> (node_exporter: *.prom) passes
     # over it; O_EXCL|O_NOFOLLOW: never a file or link that was there
     while True:
@@ -93,6 +96,7 @@ def write_json(path: str, data: dict) -> None:
 def remove_durably(path: str, dir_fd: int | None = None) -> bool:
     """Unlink `path` (with dir_fd, a name in that open directory) so that it stays gone after a crash; False when
     there was nothing to remove."""
+    kill_points.step()
     try:
         os.unlink(path, dir_fd=dir_fd)
     except FileNotFoundError:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import kill_points
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.netdev import SYSFS_NET, errno_text
 
 IFF_PROMISC = 0x100
@@ -38,6 +39,7 @@ def promiscuous(ifname: str, sysfs: str = SYSFS_NET) -> bool | None:
 
 def set_promiscuous(ifname: str, on: bool) -> None:
     """Set or clear the interface's promiscuous flag (RTM_NEWLINK, only IFF_PROMISC changes)."""
+    kill_points.step()
     from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
 

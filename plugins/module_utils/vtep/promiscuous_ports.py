@@ -56,6 +56,7 @@ class PortFlags:
 
     header: str
     before: dict[str, bool] = field(default_factory=dict)  # every served port -> its flag before the VTEP took it
+    released: dict[str, bool] = field(default_factory=dict)  # ports let go whose flag steps put back -> that flag
     steps: list[tuple[str, bool]] = field(default_factory=list)  # (port, flag to set)
     changes: Changes = field(init=False)
     _done: list[tuple[str, bool]] = field(default_factory=list)  # (port, flag it had) of every step applied
@@ -68,8 +69,14 @@ class PortFlags:
         return bool(self.steps)
 
     def record(self) -> dict:
-        """The part of the VTEP's state record that says how to put its ports back."""
+        """The part of the VTEP's state record that says how to put its ports back, once the steps are applied."""
         return {RECORD_KEY: dict(sorted(self.before.items()))}
+
+    def intent_record(self) -> dict:
+        """record() while the steps are being applied: it still names the ports being let go, with the flag each gets
+        back, so that a run killed before it put one back leaves a record from which a re-run puts it back (with
+        record() alone the port would be forgotten, its flag left as the VTEP set it)."""
+        return {RECORD_KEY: dict(sorted({**self.before, **self.released}.items()))}
 
     def add(self, port: str, on: bool, why: str) -> None:
         self.steps.append((port, on))
@@ -123,6 +130,7 @@ def _put_back(flags: PortFlags, was: dict[str, bool]) -> None:
     for port, on in sorted(was.items()):
         if promiscuous(port) not in (None, on):
             flags.add(port, on, "as before the VTEP served it")
+            flags.released[port] = on
 
 
 def remove(paths: xp.InstancePaths, check_mode: bool, label: str) -> Changes:
