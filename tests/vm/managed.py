@@ -35,7 +35,7 @@ from pathlib import Path
 
 import initramfs
 from kernels import Kernel
-from vmlib import MEMORY_MB, QUEUES, TSC_KHZ, VCPUS, tail
+from vmlib import MEMORY_MB, QUEUES, REPO, TSC_KHZ, VCPUS, tail
 
 NS = "xhvm"
 MGMT_HOST = "198.51.100.241"
@@ -67,7 +67,10 @@ for module in $(cat /modules/order); do
     insmod "/modules/$module" || echo "xh: insmod $module failed"
 done
 for word in $(cat /proc/cmdline); do
-    case "$word" in xh.modules=*) modules="${word#xh.modules=}";; esac
+    case "$word" in
+        xh.modules=*) modules="${word#xh.modules=}";;
+        xh.repo=*) repo="${word#xh.repo=}";;
+    esac
 done
 mkdir -p /lower /disk /newroot
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose hostroot /lower || exec sh
@@ -76,6 +79,10 @@ mount -t overlay overlay -o lowerdir=/lower,upperdir=/disk/upper,workdir=/disk/w
 release=$(uname -r)
 mkdir -p "/newroot/lib/modules/$release"
 mount --bind "/lower$modules" "/newroot/lib/modules/$release"
+# The guest's own /tmp; a checkout under it (a CI clone, with the .venv whose Python Ansible runs there) is bound
+# back in from this machine's.
+mount -t tmpfs -o nosuid,nodev tmpfs /newroot/tmp
+case "$repo" in /tmp/*) mkdir -p "/newroot$repo" && mount --bind "/lower$repo" "/newroot$repo";; esac
 echo "xh: systemd starts at $(cut -d' ' -f1 /proc/uptime) s"
 mount --move /dev /newroot/dev
 umount /proc /sys
@@ -114,7 +121,6 @@ KbdInteractiveAuthentication no
 UsePAM no
 Subsystem sftp /usr/lib/openssh/sftp-server
 """
-FSTAB = "tmpfs /tmp tmpfs nosuid,nodev 0 0\n"  # the guest's own /tmp, not this machine's
 
 
 def sh(*argv: str, ns: str | None = None) -> str:
@@ -211,7 +217,6 @@ class Guest:
         files = {
             "etc/hostname": f"{self.name}\n",
             "etc/machine-id": secrets.token_hex(16) + "\n",
-            "etc/fstab": FSTAB,
             "etc/ssh/sshd_config": SSHD_CONFIG.format(mgmt_ip=self.mgmt_ip),
             "root/.ssh/authorized_keys": client_key.with_suffix(".pub").read_text(),
             # root's shell start-up files shadow this machine's, whose pyenv set-up cost every SSH command, so
@@ -254,7 +259,7 @@ class Guest:
             "-m", str(MEMORY_MB), "-smp", str(VCPUS), "-nodefaults", "-no-user-config", "-display", "none",
             "-serial", f"file:{self.console}",
             "-kernel", str(self.kernel.vmlinuz), "-initrd", str(image),
-            "-append", f"console=ttyS0 rdinit=/init {TSC_KHZ} xh.modules={modules}",
+            "-append", f"console=ttyS0 rdinit=/init {TSC_KHZ} xh.modules={modules} xh.repo={REPO}",
             "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
             "-device", "virtio-9p-device,fsdev=root,mount_tag=hostroot",
             "-drive", f"file={self.disk},format=raw,if=none,id=state",
