@@ -69,7 +69,7 @@ def mac_of(ifname: str) -> str:
 def load(object_path: str) -> dict:
     """The object loaded by the collection's libbpf binding (and closed again): its programs' names. Refused first,
     as xdp_program refuses an object, where the kernel lacks a helper, kfunc or map type it uses."""
-    if (problems := xp.kernel_problems(object_path, "native")):
+    if problems := xp.kernel_problems(object_path, "native"):
         raise xp.XdpProgramError(f"this kernel cannot load {object_path}: {'; '.join(problems)}")
     with libbpf.BpfObject(object_path) as obj:
         obj.load()
@@ -153,7 +153,13 @@ def vtep_deploy(document: dict, mode: str, backend: str, cache_dir: str) -> dict
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy
 
     result = deploy.deploy(
-        paths("vtep"), document, mode, cache_dir, str(SRC / "vtep" / "vtep_xdp.c"), INCLUDE_DIRS, backend=backend,
+        paths("vtep"),
+        document,
+        mode,
+        cache_dir,
+        str(SRC / "vtep" / "vtep_xdp.c"),
+        INCLUDE_DIRS,
+        backend=backend,
         tc_source=str(SRC / "vtep" / "vtep_tc.c"),
     )
     return {"changed": result["changed"], "program": result["program"]}

@@ -22,22 +22,33 @@ BUSYBOX = Path("/bin/busybox")  # package busybox-static: no shared libraries to
 # host's netfilter rules with nft before it attaches; its libcrc32c asks the crypto API for crc32c by name, so that
 # is not in modules.dep), which a chrooted guest could not load later (its /lib/modules is this machine's).
 MODULES = ("virtio_mmio", "9pnet_virtio", "9p", "virtio_net", "sch_ingress", "cls_bpf", "crc32c_generic", "nf_tables")
-# The guest's /init. The kernel command line names the agent to run (xv.python, xv.agent); everything it needs
-# besides the kernel is this machine's, read through 9p. /tmp and /run are the guest's own (tmpfs), and so is bpffs;
-# the checkout (xv.repo) is bound back in where it lives under one of them.
-INIT = r"""#!/bin/busybox sh
+
+
+def init_prologue(tag: str) -> str:
+    """The start every guest's /init shares: busybox's applets, the kernel's file systems, the modules loaded in
+    /modules/order (failures logged under `tag`)."""
+    return rf"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
-# The kernel starts init with HOME=/; root's own lets scapy read its data cache (~/.cache/scapy, written on the host
-# by the harness's own scapy) instead of decoding its OUI table again, 15-25 s in pure Python under TCG.
-export HOME=/root
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-echo "xv: init at $(cut -d' ' -f1 /proc/uptime) s"
+echo "{tag}: init at $(cut -d' ' -f1 /proc/uptime) s"
 for module in $(cat /modules/order); do
-    insmod "/modules/$module" || echo "xv: insmod $module failed"
+    insmod "/modules/$module" || echo "{tag}: insmod $module failed"
 done
+"""
+
+
+# The guest's /init. The kernel command line names the agent to run (xv.python, xv.agent); everything it needs
+# besides the kernel is this machine's, read through 9p. /tmp and /run are the guest's own (tmpfs), and so is bpffs;
+# the checkout (xv.repo) is bound back in where it lives under one of them.
+INIT = (
+    init_prologue("xv")
+    + r"""
+# The kernel starts init with HOME=/; root's own lets scapy read its data cache (~/.cache/scapy, written on the host
+# by the harness's own scapy) instead of decoding its OUI table again, 15-25 s in pure Python under TCG.
+export HOME=/root
 for word in $(cat /proc/cmdline); do
     case "$word" in
         xv.python=*) python="${word#xv.python=}";;
@@ -64,6 +75,7 @@ else
 fi
 poweroff -f
 """
+)
 
 
 def module_order(kernel: Kernel, wanted=MODULES) -> list[Path]:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import initramfs
 from kernels import Kernel
-from vmlib import MEMORY_MB, QUEUES, REPO, TSC_KHZ, VCPUS, tail
+from vmlib import MEMORY_MB, QUEUES, REPO, TSC_KHZ, VCPUS, stop_qemu, tail
 
 NS = "xhvm"
 MGMT_HOST = "198.51.100.241"
@@ -57,15 +57,9 @@ MASKED = (
     "fstrim.timer", "e2scrub_reap.service",
 )  # fmt: skip
 
-INIT = r"""#!/bin/busybox sh
-/bin/busybox --install -s /bin
-export PATH=/bin
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-for module in $(cat /modules/order); do
-    insmod "/modules/$module" || echo "xh: insmod $module failed"
-done
+INIT = (
+    initramfs.init_prologue("xh")
+    + r"""
 for word in $(cat /proc/cmdline); do
     case "$word" in
         xh.modules=*) modules="${word#xh.modules=}";;
@@ -88,6 +82,7 @@ mount --move /dev /newroot/dev
 umount /proc /sys
 exec switch_root /newroot /lib/systemd/systemd
 """
+)
 
 # The guest's NICs have no udev to name them: xh-network (network_script()) names them by MAC and gives them this
 # test's addresses, before network.target (sshd listens on the management address; xdpfleet-restore waits for
@@ -309,13 +304,7 @@ class Guest:
         raise TimeoutError(f"{self.name}: sshd still answers {timeout} s after the reboot")
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)  # ip netns exec execs QEMU: this pid is QEMU's
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_qemu(self.process)
         self.process = None
 
 

@@ -264,8 +264,21 @@ def test_teardown_leaves_nothing(vms):
         assert not [p for p in pins if "xdpfleet" in p], (guest.name, pins)
         # The C sources and the compile cache stay (playbooks/teardown.yml says so); no record of an instance does.
         records = ssh(
-            guest, "find", "/var/lib/xdpfleet", "(", "-path", "/var/lib/xdpfleet/cache", "-o", "-path",
-            "/var/lib/xdpfleet/src", ")", "-prune", "-o", "-name", "*.json", "-print",
+            guest,
+            "find",
+            "/var/lib/xdpfleet",
+            "(",
+            "-path",
+            "/var/lib/xdpfleet/cache",
+            "-o",
+            "-path",
+            "/var/lib/xdpfleet/src",
+            ")",
+            "-prune",
+            "-o",
+            "-name",
+            "*.json",
+            "-print",
         ).stdout.split()
         assert records == [], (guest.name, records)
         links = json.loads(ssh(guest, "ip", "-j", "-d", "link").stdout)

@@ -169,13 +169,7 @@ class Vm:
         if self.conn:
             self.conn.close()
             self.conn = None
-        if self.process and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)  # ip netns exec execs QEMU: this pid is QEMU's
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_qemu(self.process)
         self.process = None
 
     def close(self) -> None:
@@ -184,6 +178,17 @@ class Vm:
                 self.call("quit")
         self._kill()
         subprocess.run(["ip", "netns", "del", self.ns], capture_output=True, check=False)
+
+
+def stop_qemu(process: subprocess.Popen | None) -> None:
+    """SIGTERM, then SIGKILL after 10 s. `ip netns exec` execs QEMU: the process's pid is QEMU's."""
+    if process and process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def compile_bytecode() -> None:
