@@ -139,8 +139,7 @@ AS_ON_A_FRESH_MACHINE := unshare --mount --propagation slave -- sh -c \
 	'while mountpoint -q /sys/fs/bpf; do umount -l /sys/fs/bpf || exit 1; done; exec "$$@"' fresh-mounts \
 	env XDPFLEET_TEST_FRESH_MOUNTS=1
 
-# Of the VM kernel matrix (tests/vm), make test runs the smoke round (one boot per kernel, native XDP); make
-# test-kernels the whole matrix (marked kernel_matrix).
+# The VM kernel matrix and the VM managed hosts (tests/vm, marked kernel_matrix) run in make test-kernels only.
 # Lint (ansible-test sanity most of it, which keeps one core busy) runs beside the tests, its output kept in
 # .build/lint.log and shown at the end; a lint failure fails make test as a test failure does. `make lint` alone
 # runs it in the foreground.

@@ -62,7 +62,6 @@ START_FIRST = (
     "integration/test_vtep.py",  # 400 s
     "integration/test_rollout.py",  # 360 s
     "integration/test_site.py",  # 300 s: site.yml twice, then teardown.yml
-    "vm/test_kernel_smoke.py",  # 200 s: three VM boots, every data plane in each
     "integration/test_xdp_program.py",  # 160 s
     "integration/test_perf.py",  # 135 s
     "integration/test_restore.py",  # 105 s

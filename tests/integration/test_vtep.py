@@ -44,6 +44,10 @@ LINUX_TASK = "xdpfleet.fabric.vtep : Configure the Linux kernel VTEP"
 CONFIG_MAPS = ("port_config", "vlan_bindings", "tunnel_peers", "port_vnis", "flood_settings", "peer_admission")
 
 
+# The hosts test_teardown_leaves_nothing took down, so that the fabric fixture does not run the same removal again.
+TORN_DOWN: set[str] = set()
+
+
 @pytest.fixture(scope="module")
 def fabric(lab):
     first = lab.run_playbook(PLAYBOOK)
@@ -52,8 +56,9 @@ def fabric(lab):
     try:
         yield lab, first, endpoints
     finally:
-        gone = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_state": "absent"})
-        assert gone.rc == 0, gone
+        if not TORN_DOWN:
+            gone = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_state": "absent"})
+            assert gone.rc == 0, gone
 
 
 def counters(lab, host):
@@ -496,48 +501,20 @@ def test_one_member_more_or_less_changes_only_that(fabric):
     assert "c100" in bum_probe(endpoints["a100"], {"c100": endpoints["c100"]}, timeout=2)
 
 
+# What the module refuses on the host, as Ansible reports it. Every rule, with many more documents, is in
+# tests/unit/test_vtep_config.py; these are a sample of each kind: the schema, the rules between fields, and the
+# host's own facts (its interfaces and their MTU).
 INVALID = [
     ({"vnis": [{"vni": 0, "access_ports": ["acc100"]}]}, "vnis[0].vni: 0 is below the minimum 1"),
-    ({"vnis": [{"vni": 16777216, "access_ports": ["acc100"]}]}, "vnis[0].vni: 16777216 is above the maximum"),
-    ({"vnis": [{"vni": "100", "access_ports": ["acc100"]}]}, "vnis[0].vni: must be an integer"),
-    ({"vnis": [{"vni": 100, "acess_ports": ["acc100"]}]}, "vnis[0]: unknown key 'acess_ports'"),
-    ({"vnis": []}, "vnis: must list at least 1"),
-    ({"vnis": [{"vni": 100, "trunks": [{"port": "trunk0", "vid": 4095}]}]}, "vnis[0].trunks[0].vid: 4095 is above"),
-    ({"vnis": [{"vni": 100, "trunks": [{"port": "trunk0", "vid": 0}]}]}, "vnis[0].trunks[0].vid: 0 is below"),
-    ({"vnis": [{"vni": 100, "trunks": [{"port": "trunk0"}]}]}, "vnis[0].trunks[0]: missing required key 'vid'"),
-    ({"vnis": [{"vni": 100, "access_ports": ["nope0"]}]}, "vnis[0].access_ports[0]: interface nope0 does not exist"),
+    ({"vnis": [{"vni": 100, "access_ports": ["acc100"]}], "extra": 1}, "document: unknown key 'extra'"),
     ({"vnis": [{"vni": 100, "access_ports": ["eth0/1"]}]}, "vnis[0].access_ports[0]: \"eth0/1\" is not a valid"),
-    ({"vnis": [{"vni": 100, "access_ports": ["acc100"]}, {"vni": 100, "access_ports": ["acc200"]}]},
-     "vnis[1].vni: VNI 100 is listed twice"),
-    ({"vnis": [{"vni": 100, "access_ports": ["acc100"]}, {"vni": 200, "access_ports": ["acc100"]}]},
-     "is already an access port of VNI"),
-    ({"vlan_mode": "preserve",
-      "vnis": [{"vni": 100, "access_ports": ["acc100"], "trunks": [{"port": "acc200", "vid": 10}]}]},
-     "vnis[0]: VNI 100 mixes fixed-VNI access ports"),
-    ({"tunnel_ports": [{"port": "ul-b", "local_ip": "198.51.100.97"}],
-      "vnis": [{"vni": 100, "access_ports": ["acc100"], "peers": [{"ip": "198.51.100.98", "via": "ul-c"}]}]},
-     "vnis[0].peers[0].via: ul-c is not a declared tunnel port"),
-    ({"tunnel_ports": [{"port": "ul-b", "local_ip": "198.51.100.97"}],
-      "vnis": [{"vni": 100, "access_ports": ["acc100"], "peers": [{"ip": "198.51.100.98", "via": "ul-b"},
-                                                                  {"ip": "198.51.100.98", "via": "ul-b"}]}]},
-     "vnis[0].peers[1].ip: peer 198.51.100.98 is listed twice"),
-    ({"tunnel_ports": [{"port": "ul-b", "local_ip": "2001:db8::1"}],
-      "vnis": [{"vni": 100, "access_ports": ["acc100"]}]},
-     "tunnel_ports[0].local_ip: \"2001:db8::1\" is an IPv6 address"),
+    ({"vnis": [{"vni": 100, "access_ports": ["nope0"]}]}, "vnis[0].access_ports[0]: interface nope0 does not exist"),
     ({"tunnel_ports": [{"port": "ul-b", "local_ip": "198.51.100.97"}],
       "vnis": [{"vni": 100, "access_ports": ["acc100"], "peers": [{"ip": "198.51.100.97", "via": "ul-b"}]}]},
      "is this host's own tunnel address"),
-    ({"tunnel_ports": [{"port": "ul-b", "local_ip": "198.51.100.97"}],
-      "vnis": [{"vni": 100, "access_ports": ["acc100"], "peers": [{"ip": "198.51.100.98", "via": "ul-b",
-                                                                   "mac": "02:00:00:00:01"}]}]},
-     "vnis[0].peers[0].mac: \"02:00:00:00:01\" is not a valid MAC address"),
     ({"tunnel_ports": [{"port": "acc200", "local_ip": "198.51.100.97"}],
       "vnis": [{"vni": 100, "access_ports": ["acc100"], "peers": [{"ip": "198.51.100.98", "via": "acc200"}]}]},
      "tunnel_ports[0].port: acc200 has MTU 1500, below 1550 needed for VNI 100"),
-    ({"tunnel_ports": [{"port": "ul-b", "local_ip": "198.51.100.97"}, {"port": "ul-b", "local_ip": "198.51.100.99"}],
-      "vnis": [{"vni": 100, "access_ports": ["acc100"]}]}, "tunnel_ports[1].port: tunnel port ul-b is declared twice"),
-    ({"vnis": [{"vni": 300}]}, "vnis[0]: VNI 300 has no members"),
-    ({"vnis": [{"vni": 100, "access_ports": ["acc100"]}], "extra": 1}, "document: unknown key 'extra'"),
 ]  # fmt: skip
 
 
@@ -549,7 +526,7 @@ def test_invalid_documents_are_refused_naming_the_field_and_change_nothing(fabri
     )
     assert result.rc == 0, result
     items = result.result(task="Apply an invalid document", host="a")["results"]
-    assert len(items) == len(INVALID) >= 20
+    assert len(items) == len(INVALID)
     for item, (doc, expected) in zip(items, INVALID, strict=True):
         assert item["failed"], doc
         assert expected in item["msg"], (expected, item["msg"])
@@ -619,15 +596,20 @@ def test_vtep_info_reads_what_the_module_reports_and_refuses_an_incomplete_insta
     assert "VTEP broken is incomplete" in broken_read["result"]["msg"] and "vni_stats" in broken_read["result"]["msg"]
 
 
-def test_teardown_leaves_nothing(lab):
-    """Runs last in this module (after the fabric fixture's own teardown) on a fresh configuration."""
-    # b alone, with no other VTEP up: its health probes (to a's endpoints) cannot be answered.
-    assert lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "b", "vtep_health_check": False}).rc == 0
-    gone = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "b", "vtep_state": "absent"})
-    assert gone.rc == 0 and gone.result(task=XDP_TASK, host="b")["changed"] is True
-    assert lab.host_exec("b", ["test", "-e", "/sys/fs/bpf/xdpfleet/vtep"], check=False).returncode != 0
-    assert lab.host_exec("b", ["test", "-e", "/var/lib/xdpfleet/programs/vtep.json"], check=False).returncode != 0
-    for port in ("ul-a", "acc100", "acc200"):
-        assert "xdp" not in json.loads(lab.host_exec("b", ["ip", "-j", "link", "show", port]).stdout)[0]
-    again = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_hosts": "b", "vtep_state": "absent"})
-    assert again.changed() == 0
+def test_teardown_leaves_nothing(fabric):
+    """Runs last in this module: vtep_state=absent takes every VTEP of the fabric down, whatever its backend, and a
+    second run has nothing left to do."""
+    lab, _, _ = fabric
+    gone = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_state": "absent"})
+    assert gone.rc == 0, gone
+    TORN_DOWN.update(gone.stats)
+    for host in ("a", "b", "c", "d"):
+        assert gone.result(task=XDP_TASK, host=host)["changed"] is True, host
+        assert lab.host_exec(host, ["test", "-e", "/sys/fs/bpf/xdpfleet/vtep"], check=False).returncode != 0, host
+        assert lab.xdp_interfaces(host) == set(), host
+    assert gone.result(task=LINUX_TASK, host="l")["changed"] is True
+    assert json.loads(lab.host_exec("l", ["ip", "-j", "link", "show", "type", "vxlan"]).stdout) == []
+    for host in ("a", "b", "c", "d", "l"):
+        assert [f for f in lab.state_files(host) if "vtep" in f] == [], host
+    again = lab.run_playbook(PLAYBOOK, extra_vars={"vtep_state": "absent"})
+    assert again.rc == 0 and again.changed() == 0, again

@@ -21,8 +21,6 @@ CACHE_ROOT = Path(os.environ.get("XDPFLEET_VM_CACHE", "/var/cache/xdpfleet-tests
 APT_SOURCES = ("/etc/apt/sources.list.d/debian.sources", "/etc/apt/sources.list")
 # suite -> what it is called in the matrix; bullseye last: its boot is the least certain (see tests/vm/README.md).
 SUITES = {"bookworm": "Debian 12", "trixie": "Debian 13", "bullseye": "Debian 11"}
-# make test's smoke round: the two kernels servers run most (bullseye, its boot the slowest, only in the matrix).
-SMOKE_SUITES = ("bookworm", "trixie")
 META_PACKAGE = "linux-image-amd64"
 
 

@@ -47,7 +47,6 @@ MODES = {
     "router": ("native", "generic"),
     "vtep": ("native", "generic", "tc"),
 }
-SMOKE_MODES = {plane: ("native",) for plane in OBJECTS}
 # The collection's own errors: a refusal is one of these not caused by the kernel (libbpf) or a compile.
 REFUSALS = {"FilterError", "RouterError", "VtepError", "TrafficgenError", "XdpProgramError", "TemplateError"}
 NOT_REFUSALS = {"LibbpfError", "CompileError", "OSError"}
