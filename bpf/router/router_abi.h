@@ -38,7 +38,12 @@ enum router_verdict {
 	 * local, multicast, broadcast (martians, ND, MLD)
 	 */
 	RT_PASS_SPECIAL_ADDR = 14,
-	RT_VERDICTS = 15,
+	/*
+	 * from a source the kernel's FIB holds as this host's (one of its addresses, a local broadcast or anycast
+	 * address) or has no route back to: the kernel refuses an IPv4 source that is its own before it forwards
+	 */
+	RT_PASS_LOCAL_SOURCE = 15,
+	RT_VERDICTS = 16,
 };
 
 /* The router's limits, as its maps hold them. */

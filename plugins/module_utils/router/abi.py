@@ -41,6 +41,12 @@ VERDICTS = abi.Enum(
             "from or to an address the kernel checks itself and bpf_fib_lookup does not: "
             "loopback, unspecified, link-local, multicast, broadcast (martians, ND, MLD)",
         ),
+        (
+            "RT_PASS_LOCAL_SOURCE",
+            15,
+            "from a source the kernel's FIB holds as this host's (one of its addresses, a local broadcast or anycast "
+            "address) or has no route back to: the kernel refuses an IPv4 source that is its own before it forwards",
+        ),
     ),
     count="RT_VERDICTS",
 )
