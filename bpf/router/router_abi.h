@@ -39,8 +39,8 @@ enum router_verdict {
 	 */
 	RT_PASS_SPECIAL_ADDR = 14,
 	/*
-	 * from a source the kernel's FIB holds as this host's (one of its addresses, a local broadcast or anycast
-	 * address) or has no route back to: the kernel refuses an IPv4 source that is its own before it forwards
+	 * IPv4 from a source the kernel's FIB holds as this host's (one of its addresses, a local broadcast address) or
+	 * has no route back to: the kernel refuses a source that is its own before it forwards
 	 */
 	RT_PASS_LOCAL_SOURCE = 15,
 	RT_VERDICTS = 16,

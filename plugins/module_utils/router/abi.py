@@ -44,8 +44,8 @@ VERDICTS = abi.Enum(
         (
             "RT_PASS_LOCAL_SOURCE",
             15,
-            "from a source the kernel's FIB holds as this host's (one of its addresses, a local broadcast or anycast "
-            "address) or has no route back to: the kernel refuses an IPv4 source that is its own before it forwards",
+            "IPv4 from a source the kernel's FIB holds as this host's (one of its addresses, a local broadcast "
+            "address) or has no route back to: the kernel refuses a source that is its own before it forwards",
         ),
     ),
     count="RT_VERDICTS",
