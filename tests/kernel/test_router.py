@@ -210,6 +210,7 @@ R_LATER_V4, R_LATER_V6 = "198.51.100.90", "2001:db8:64:90::1"  # put on r's loop
         (R_P2_V4, E2_V4, "pass_local_source", False),  # r's address on the other port: fib_validate_source drops it
         (R_P1_V4, E2_V4, "pass_local_source", False),  # r's address on the ingress port
         (R_LATER_V4, E2_V4, "pass_local_source", False),  # an address r got after the router was deployed
+        ("198.51.100.67", E2_V4, "pass_local_source", True),  # p1's subnet broadcast: not r's, the kernel forwards it
         (R_P2_V6, E2_V6, "forwarded_v6", True),  # IPv6 has no such check: the kernel forwards it, so does XDP
         (R_P1_V6, E2_V6, "forwarded_v6", True),
         (R_LATER_V6, E2_V6, "forwarded_v6", True),
@@ -220,8 +221,9 @@ def test_a_frame_from_one_of_the_routers_own_addresses_is_judged_as_the_kernel_w
 ):
     """bpf_fib_lookup checks no source, and the kernel refuses an IPv4 source that is its own before it forwards
     (rp_filter off, accept_local off): such a frame is the kernel's, counted pass_local_source, and does not reach
-    e2. The check reads the FIB, so an address added after the deploy counts. The kernel forwards IPv6 from its own
-    addresses, and so does the router. kernel_forwards is what r's kernel does without XDP (tried on 6.18)."""
+    e2. The check reads the FIB, so an address added after the deploy counts; a local broadcast source goes to the
+    kernel too, which forwards it. The kernel forwards IPv6 from its own addresses, and so does the router.
+    kernel_forwards is what r's kernel does without XDP (tried on 6.18)."""
     later = R_LATER_V6 + "/128" if ":" in src else R_LATER_V4 + "/32"
     router.exec("r", "ip", "addr", "add", later, "dev", "lo")
     try:
