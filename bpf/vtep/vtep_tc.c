@@ -132,7 +132,7 @@ static __always_inline int tc_push_outer(struct __sk_buff *skb, __u32 vni)
 /* The tunnel copies: each peer's addresses into the one Outer, then the copy out. Every copy is a clone, the last
  * one too: bpf_clone_redirect's result says at once whether the kernel took it (a bpf_redirect of the frame itself
  * would fail after this program, where nothing here can count it), and the frame itself is consumed. That one
- * clone more costs a flood to 2 peers 1264 -> 1699 ns per frame on veth (issue 25; each clone also makes the
+ * clone more costs a flood to 2 peers 1264 -> 1699 ns per frame on veth (BPF_PROG_RUN, live frames; each clone also makes the
  * frame's head writable again), a price for floods that known unicast does not pay (see tc_send). */
 static __always_inline void tc_tunnel_copies(struct __sk_buff *skb, struct vni_members *row, __u32 vni,
 					     struct traffic_stats *vs, __u16 partial)
@@ -223,7 +223,7 @@ static __always_inline int tc_flood(struct __sk_buff *skb, struct tc_command *cm
 
 /* Known unicast, ready as the XDP backend sends it: the frame itself, redirected, and counted sent by the program
  * that sends it. Not a clone as the flood's copies are: a clone would make the kernel's answer known here, but it
- * cost 816 -> 1446 ns per 64-byte frame on veth (issue 25), so a frame the kernel drops after this program is
+ * cost 816 -> 1446 ns per 64-byte frame on veth (BPF_PROG_RUN, live frames), so a frame the kernel drops after this program is
  * counted sent here and dropped there: to a port that is down, in that port's tx_dropped (__dev_queue_xmit, a
  * device without a queue such as veth) or its qdisc's drops (tc -s qdisc); to a port deleted since the VTEP was
  * configured, in skb_do_redirect (a kfree_skb, in no interface counter). */
