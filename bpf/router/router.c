@@ -13,8 +13,9 @@
  * Everything else goes to the kernel unchanged (XDP_PASS), which forwards, answers or drops it as it would without
  * XDP: ARP and ND (non-IP, or ICMPv6 for this host), TTL expiry (the kernel sends ICMP time exceeded), IPv4 options
  * and IPv6 hop-by-hop headers, frames for this host, broadcast, multicast and link-local (by MAC, or by an
- * address the kernel checks itself: loopback, unspecified, martians), an IPv4 header checksum that is wrong or an IP
- * length past the frame (the kernel drops those), next hops without a neighbour entry yet (the kernel resolves
+ * address the kernel checks itself: loopback, unspecified, martians), IPv4 from one of the host's own addresses
+ * (see source_is_local), an IPv4 header checksum that is wrong or an IP length past the frame (the kernel drops
+ * those), next hops without a neighbour entry yet (the kernel resolves
  * them; the next frames are forwarded here), frames over the egress MTU (the kernel fragments or sends ICMP too
  * big), VLAN-tagged frames, and routes out of interfaces that are not router ports. Fragments are forwarded like
  * any packet: routing reads no L4 header.
@@ -129,6 +130,21 @@ static __always_inline int redirect(struct xdp_md *ctx, struct ethhdr *eth, stru
 	return bpf_redirect_map(&router_ports, params->ifindex, 0);
 }
 
+/* Whether the FIB holds an IPv4 source as this host's: a reverse lookup (the source as destination, from the ingress
+ * port) answers "not forwarded" for a local address (and for a local broadcast address, or a source it has no route
+ * back to). The kernel refuses an IPv4 source that is one of its own addresses before it forwards
+ * (fib_validate_source, unless accept_local) and bpf_fib_lookup checks no source, so such a frame goes to the
+ * kernel, which decides as it would without XDP. Asked of the FIB, not of a list written at deploy, so an address
+ * added later counts at once; asked only of a frame about to be forwarded here, so the others pay no second lookup
+ * (a forwarded frame pays about 130 ns more, by BPF_PROG_TEST_RUN). Flags 0: nothing newer than the helper itself (4.18).
+ * IPv6 has no such check (ip6_forward forwards a frame from one of the host's own addresses), so it is not asked
+ * there: it would cost about 300 ns per forwarded IPv6 frame and change no frame's fate. */
+static __always_inline int source_is_local(struct xdp_md *ctx, struct bpf_fib_lookup *reverse)
+{
+	reverse->ifindex = ctx->ingress_ifindex;
+	return bpf_fib_lookup(ctx, reverse, sizeof(*reverse), 0) == BPF_FIB_LKUP_RET_NOT_FWDED;
+}
+
 /* Addresses the kernel checks itself before it forwards (martian sources and destinations, multicast, broadcast,
  * link-local), and bpf_fib_lookup does not: 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4 and
  * 255.255.255.255. A frame from or to one of them goes to the kernel, which drops, delivers or forwards it. */
@@ -163,7 +179,7 @@ static __always_inline __u32 length_field(__be16 field)
 
 static __always_inline int route_ipv4(struct xdp_md *ctx, struct xf_cursor *cur, void *data_end, struct ethhdr *eth)
 {
-	struct bpf_fib_lookup params = {};
+	struct bpf_fib_lookup params = {}, reverse = {};
 	struct iphdr *iph;
 	int rc, extra;
 
@@ -194,6 +210,11 @@ static __always_inline int route_ipv4(struct xdp_md *ctx, struct xf_cursor *cur,
 		return pass(ctx, fib_verdict(rc));
 	if (!egress_is_port(&params))
 		return pass(ctx, RT_PASS_NOT_PORT);
+	reverse.family = RT_AF_INET;
+	reverse.ipv4_src = iph->daddr;
+	reverse.ipv4_dst = iph->saddr;
+	if (source_is_local(ctx, &reverse))
+		return pass(ctx, RT_PASS_LOCAL_SOURCE);
 	eth = trim(ctx, extra);
 	if (!eth || (void *)(eth + 1) + sizeof(*iph) > (void *)(long)ctx->data_end)
 		return XDP_ABORTED; /* cannot happen: the frame was this long before it was trimmed */

@@ -38,7 +38,12 @@ enum router_verdict {
 	 * local, multicast, broadcast (martians, ND, MLD)
 	 */
 	RT_PASS_SPECIAL_ADDR = 14,
-	RT_VERDICTS = 15,
+	/*
+	 * IPv4 from a source the kernel's FIB holds as this host's (one of its addresses, a local broadcast address) or
+	 * has no route back to: the kernel refuses a source that is its own before it forwards
+	 */
+	RT_PASS_LOCAL_SOURCE = 15,
+	RT_VERDICTS = 16,
 };
 
 /* The router's limits, as its maps hold them. */

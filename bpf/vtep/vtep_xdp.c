@@ -330,11 +330,17 @@ static __always_inline int hand_to_tc(struct xdp_md *ctx, struct frame *f, __u16
 	return XDP_PASS;
 }
 
-/* Send the frame, as it is now, out of `ifindex`: a redirect, or in the TC backend a command to do it. */
-static __always_inline int send_to(struct xdp_md *ctx, struct frame *f, __u32 ifindex)
+/* Send the known unicast frame, as it is now, out of `ifindex` (port `slot`): a redirect, counted sent, or in the TC
+ * backend a command to do it (vtep_replicate counts it sent once the kernel took it). */
+static __always_inline int send_to(struct xdp_md *ctx, struct frame *f, __u32 ifindex, __u32 slot)
 {
+	__u64 len = ctx->data_end - ctx->data;
+
+	count_fdb(f, FDB_KNOWN_UNICAST);
 	if (f->to_tc)
 		return hand_to_tc(ctx, f, TC_SEND, ifindex);
+	count_tx(bpf_map_lookup_elem(&port_stats, &slot), len);
+	count_tx(f->vni_stats, len);
 	return bpf_redirect(ifindex, 0);
 }
 
@@ -374,10 +380,7 @@ static __always_inline int send_local(struct xdp_md *ctx, struct frame *f, __u32
 	 * a local port takes) */
 	if (data_end - data > port->mtu + DEVICE_FRAME_ALLOWANCE)
 		return drop(port->slot, f->vni_stats, DROP_MTU);
-	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
-	count_tx(f->vni_stats, data_end - data);
-	count_fdb(f, FDB_KNOWN_UNICAST);
-	return send_to(ctx, f, ifindex);
+	return send_to(ctx, f, ifindex, port->slot);
 }
 
 /* Encapsulate the frame to the remote VTEP of `e` and send it out of its tunnel port. Returns -1 when the entry
@@ -408,10 +411,7 @@ static __always_inline int send_remote(struct xdp_md *ctx, struct frame *f, stru
 	if (data + VXLAN_OVERHEAD > data_end)
 		return XDP_DROP;
 	finish_outer(data, port, peer, *(__u16 *)(data + OUTER_IP_CHECK));
-	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
-	count_tx(f->vni_stats, data_end - data);
-	count_fdb(f, FDB_KNOWN_UNICAST);
-	return send_to(ctx, f, ifindex);
+	return send_to(ctx, f, ifindex, port->slot);
 }
 
 /* --- Flooding ------------------------------------------------------------------------------------------------- */

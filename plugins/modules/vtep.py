@@ -109,6 +109,9 @@ options:
         object of its own, I(tc_source); the notes say how it is attached). That program sends known unicast on, and
         floods with C(bpf_clone_redirect) - the local copies first, then the Outer added once and rewritten for each
         peer.
+      - In the C(tc) backend a flooded copy the kernel refuses (its port gone or down) is counted C(tx_failed), not
+        sent. Known unicast is counted sent when the program hands it to the kernel (C(bpf_redirect)); if the
+        kernel then drops it (its port down), the port's own C(tx_dropped) or its qdisc's drops count it.
       - Both use the same maps and counters, so C(vtep_info) and the facts read the same. The state file records the
         tc program, and C(xdpfleet.fabric.xdp_restore) brings the VTEP back with its backend.
     type: str

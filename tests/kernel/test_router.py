@@ -162,6 +162,23 @@ def udp_frame(lab, src: str, dst: str) -> bytes:
     return bytes(Ether(src=lab.mac("e1", "eth0"), dst=lab.mac("r", "p1")) / ip / UDP(sport=9, dport=9) / MARKER)
 
 
+def send_one(router, src: str, dst: str) -> tuple[dict, dict, list[bytes]]:
+    """One UDP frame from src to dst sent by e1 to r's p1: the router's counters before and after, and what reached
+    e2. A default route via e2 makes every destination routed."""
+    router.exec("r", "ip", "route", "add", "default", "via", E2_V4)
+    tx, rx = router.packet_socket("e1", "eth0"), router.packet_socket("e2", "eth0")
+    try:
+        assert ping(router, "e1", E2_V6 if ":" in dst else E2_V4, count=1).returncode == 0  # neighbours resolved
+        before = router.counters()
+        tx.send(udp_frame(router, src, dst))
+        arrived = router.received(rx, MARKER)
+        return before, router.counters(), arrived
+    finally:
+        tx.close()
+        rx.close()
+        router.exec("r", "ip", "route", "del", "default", check=False)
+
+
 @pytest.mark.parametrize(
     "src,dst,kernel_forwards",
     [
@@ -176,22 +193,45 @@ def udp_frame(lab, src: str, dst: str) -> bytes:
 def test_a_martian_or_link_local_frame_goes_to_the_kernel(router, src, dst, kernel_forwards):
     """bpf_fib_lookup checks no source, and routes multicast and broadcast destinations like unicast: such frames
     are the kernel's, counted pass_special_addr; what reaches e2 is what the kernel forwards without XDP."""
-    router.exec("r", "ip", "route", "add", "default", "via", E2_V4)
-    tx, rx = router.packet_socket("e1", "eth0"), router.packet_socket("e2", "eth0")
+    before, after, arrived = send_one(router, src, dst)
+    # IPv6 control traffic (ND from link-local sources, MLD to multicast) may be counted alongside.
+    assert after["pass_special_addr"] > before["pass_special_addr"], (before, after)
+    assert delta(before, after) == {}, "nothing else moved, nothing was forwarded in XDP"
+    assert bool(arrived) == kernel_forwards, arrived
+
+
+R_P2_V4, R_P2_V6 = "198.51.100.69", "2001:db8:64:2::1"
+R_LATER_V4, R_LATER_V6 = "198.51.100.90", "2001:db8:64:90::1"  # put on r's loopback after the deploy
+
+
+@pytest.mark.parametrize(
+    "src,dst,verdict,kernel_forwards",
+    [
+        (R_P2_V4, E2_V4, "pass_local_source", False),  # r's address on the other port: fib_validate_source drops it
+        (R_P1_V4, E2_V4, "pass_local_source", False),  # r's address on the ingress port
+        (R_LATER_V4, E2_V4, "pass_local_source", False),  # an address r got after the router was deployed
+        ("198.51.100.67", E2_V4, "pass_local_source", True),  # p1's subnet broadcast: not r's, the kernel forwards it
+        (R_P2_V6, E2_V6, "forwarded_v6", True),  # IPv6 has no such check: the kernel forwards it, so does XDP
+        (R_P1_V6, E2_V6, "forwarded_v6", True),
+        (R_LATER_V6, E2_V6, "forwarded_v6", True),
+    ],
+)
+def test_a_frame_from_one_of_the_routers_own_addresses_is_judged_as_the_kernel_would(
+    router, src, dst, verdict, kernel_forwards
+):
+    """bpf_fib_lookup checks no source, and the kernel refuses an IPv4 source that is its own before it forwards
+    (rp_filter off, accept_local off): such a frame is the kernel's, counted pass_local_source, and does not reach
+    e2. The check reads the FIB, so an address added after the deploy counts; a local broadcast source goes to the
+    kernel too, which forwards it. The kernel forwards IPv6 from its own addresses, and so does the router.
+    kernel_forwards is what r's kernel does without XDP (tried on 6.18)."""
+    later = R_LATER_V6 + "/128" if ":" in src else R_LATER_V4 + "/32"
+    router.exec("r", "ip", "addr", "add", later, "dev", "lo")
     try:
-        assert ping(router, "e1", E2_V6 if ":" in dst else E2_V4, count=1).returncode == 0  # neighbours resolved
-        before = router.counters()
-        tx.send(udp_frame(router, src, dst))
-        arrived = router.received(rx, MARKER)
-        after = router.counters()
-        # IPv6 control traffic (ND from link-local sources, MLD to multicast) may be counted alongside.
-        assert after["pass_special_addr"] > before["pass_special_addr"], (before, after)
-        assert delta(before, after) == {}, "nothing else moved, nothing was forwarded in XDP"
-        assert bool(arrived) == kernel_forwards, arrived
+        before, after, arrived = send_one(router, src, dst)
     finally:
-        tx.close()
-        rx.close()
-        router.exec("r", "ip", "route", "del", "default", check=False)
+        router.exec("r", "ip", "addr", "del", later, "dev", "lo", check=False)
+    assert delta(before, after) == {verdict: 1}
+    assert bool(arrived) == kernel_forwards, arrived
 
 
 NFT_TABLE = "xrtest"

@@ -41,6 +41,12 @@ VERDICTS = abi.Enum(
             "from or to an address the kernel checks itself and bpf_fib_lookup does not: "
             "loopback, unspecified, link-local, multicast, broadcast (martians, ND, MLD)",
         ),
+        (
+            "RT_PASS_LOCAL_SOURCE",
+            15,
+            "IPv4 from a source the kernel's FIB holds as this host's (one of its addresses, a local broadcast "
+            "address) or has no route back to: the kernel refuses a source that is its own before it forwards",
+        ),
     ),
     count="RT_VERDICTS",
 )
