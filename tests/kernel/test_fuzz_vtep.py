@@ -289,15 +289,17 @@ def check_out(
     VNI. A flooded frame's metadata is its short stamp or nothing; other frames keep what they came with (zeros)."""
     inner, vni = exp.inner, exp.vni
     if any(meta):
+        word = int.from_bytes(meta, "little")
         if len(meta) != 4 or out != inner:
             run.fail(index, where, frame, f"metadata {meta.hex()} left with {out.hex()}")
-        out, meta = meta + out, b""
+        elif (word >> 3) & 0xFFF != slots[vni] or bool(word & 2) != exp.from_tunnel:
+            run.fail(index, where, frame, f"short stamp {word:#x} is not VNI {vni}'s")
+        run.note("flooded (short stamp)")
+        return
     if len(out) == len(inner) + 50 and out[50:] == inner:
         if int.from_bytes(out[46:49], "big") != vni:
             run.fail(index, where, frame, f"Outer of VNI {int.from_bytes(out[46:49], 'big')}, frame's VNI {vni}")
         if out[0] & 1:  # a flooded frame's stamp
-            if meta:
-                run.fail(index, where, frame, f"flooded with its Outer and metadata {meta.hex()}")
             if out[4] | out[5] << 8 != slots[vni] or bool(out[10] & 1) != exp.from_tunnel:
                 run.fail(index, where, frame, f"stamp {out[:12].hex()} is not VNI {vni}'s")
             run.note("flooded")
@@ -307,12 +309,6 @@ def check_out(
         if (vni, out[30:34]) not in ADMITTED or out[:6] != fz.mac(peer_mac(".".join(map(str, out[30:34])))):
             run.fail(index, where, frame, f"known unicast to {out[30:34].hex()}, not a peer of VNI {vni}")
         run.note("to a remote VTEP")
-        return
-    if len(out) == len(inner) + 4 and out[4:] == inner:
-        word = int.from_bytes(out[:4], "little")
-        if word & 1 or (word >> 3) & 0xFFF != slots[vni] or bool(word & 2) != exp.from_tunnel:
-            run.fail(index, where, frame, f"short stamp {word:#x} is not VNI {vni}'s")
-        run.note("flooded (short stamp)")
         return
     translated = {b.vid for b in VNIS[vni].trunks} if VNIS[vni].vlan_mode == "translate" else set()
     if out == inner or (out[:12] == inner[:12] and out[16:] == inner[12:] and out[12:14] == b"\x81\x00"
