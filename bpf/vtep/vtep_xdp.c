@@ -14,7 +14,8 @@
  *   devmap drops a frame longer than the port's MTU + 18 before egress) carries a 4-byte stamp instead, in its
  *   metadata, and its tunnel copies get their Outer in egress (struct flood_settings). Its copies are exactly as
  *   long as the frame, so a full-size frame (a tagged one of a VNI that preserves tags too) still reaches every
- *   member of the same MTU.
+ *   member of the same MTU. A copy that a member's device refuses for its length (a VNI of mixed MTUs) never
+ *   reaches egress: ingress counts it (lost_copies).
  *
  * vtep_egress runs once per flooded copy. A local copy loses the Outer (a trunk's copy then gets the trunk's VID);
  * a tunnel copy gets its peer's addresses. In native XDP everything a copy needs travels in the frame: the VNI in
@@ -483,18 +484,93 @@ static __always_inline int short_stamp(struct xdp_md *ctx, struct frame *f, __u3
 	return 0;
 }
 
-/* Hand the flooded frame, as it is now, to every member of `group` but the port it came from. In generic XDP the
- * copies' egress programs run on this CPU within this redirect, one after the other, before this CPU runs any
- * other frame's ingress (kernel/bpf/devmap.c: dev_map_redirect_multi clones the skb and runs each clone's egress
- * program, dev_map_generic_redirect, before it returns): the frame's record tells them its short stamp, and the
- * frame it is for. Native XDP runs them at the devmap flush, after later frames' ingress: there the frame carries
- * everything, and the record is cleared. */
-static __always_inline int broadcast(struct xdp_md *ctx, struct frame *f, void *group)
+/* The copies of a flooded frame `len` bytes long that a member's device refuses: a devmap sends no copy longer than
+ * its device's MTU + 18 (xdp_ok_fwd_dev), and no egress program sees it. Both walk the first `end` members of the
+ * VNI in `vni_slot` (vni_members, whose row the caller checked), but the port the frame came from (it gets no copy).
+ *
+ * Global functions, so that the verifier checks each loop once, with nothing known of its arguments: inlined, the
+ * walk of up to VTEP_MAX_MEMBERS members was checked again for every state the flooding code reached it in, more
+ * than the verifier's million instructions. */
+
+/* Whether a member's device refuses its copy. */
+__attribute__((noinline)) int vtep_copy_refused(__u32 vni_slot, __u32 end, __u32 in_ifindex, __u32 len)
+{
+	struct vni_members *row = bpf_map_lookup_elem(&vni_members, &vni_slot);
+	struct port_config *port;
+	__u32 i, ifindex;
+
+	if (!row)
+		return 0;
+	for (i = 0; i < VTEP_MAX_MEMBERS && i < end; i++) {
+		ifindex = row->members[i].ifindex;
+		port = bpf_map_lookup_elem(&port_config, &ifindex);
+		if (ifindex != in_ifindex && port && len > port->mtu + DEVICE_FRAME_ALLOWANCE)
+			return 1;
+	}
+	return 0;
+}
+
+/* Count (mtu, on the member's port and on the VNI) each copy (one per local port, one per peer) that its device
+ * refuses, or `all` copies. */
+__attribute__((noinline)) int vtep_count_lost_copies(__u32 vni_slot, __u32 end, __u32 in_ifindex, __u32 len,
+						     __u32 all)
+{
+	struct vni_members *row = bpf_map_lookup_elem(&vni_members, &vni_slot);
+	struct traffic_stats *vs = bpf_map_lookup_elem(&vni_stats, &vni_slot);
+	struct port_config *port;
+	__u32 i, ifindex;
+
+	if (!row || !vs)
+		return 0;
+	for (i = 0; i < VTEP_MAX_MEMBERS && i < end; i++) {
+		ifindex = row->members[i].ifindex;
+		port = bpf_map_lookup_elem(&port_config, &ifindex);
+		if (ifindex != in_ifindex && port && (all || len > port->mtu + DEVICE_FRAME_ALLOWANCE))
+			drop(port->slot, vs, DROP_MTU);
+	}
+	return 0;
+}
+
+/* Count each copy of the flooded frame, `len` bytes long, that is lost for its length. Native XDP sends the other
+ * copies. Generic XDP ends the whole broadcast at the first copy a device refuses (dev_map_redirect_multi returns
+ * the error), so the members after it in the map's order would lose theirs too: there the frame is not flooded,
+ * every copy counted. Returns 1 when the frame is not to be flooded. */
+static __always_inline int lost_copies(struct frame *f, __u32 len)
+{
+	__u32 slot = f->vni_slot, end;
+	struct vni_members *row = bpf_map_lookup_elem(&vni_members, &slot);
+
+	if (!row || row->vni != f->vni)
+		return 0;
+	/* a decapsulated frame's group has the local members only: those listed first */
+	end = f->flags & FRAME_FROM_TUNNEL ? row->locals : row->count;
+	if (f->stamp_in_metadata) {
+		vtep_count_lost_copies(slot, end, f->in_ifindex, len, 0);
+		return 0;
+	}
+	if (!vtep_copy_refused(slot, end, f->in_ifindex, len))
+		return 0;
+	vtep_count_lost_copies(slot, end, f->in_ifindex, len, 1);
+	return 1;
+}
+
+/* Hand the flooded frame, as it is now, to every member of `group` but the port it came from (a frame longer than
+ * the VNI's copy_limit: see lost_copies).
+ *
+ * In generic XDP the copies' egress programs run on this CPU within this redirect, one after the other, before this
+ * CPU runs any other frame's ingress (kernel/bpf/devmap.c: dev_map_redirect_multi clones the skb and runs each
+ * clone's egress program, dev_map_generic_redirect, before it returns): the frame's record tells them its short
+ * stamp, and the frame it is for. Native XDP runs them at the devmap flush, after later frames' ingress: there the
+ * frame carries everything, and the record is cleared. */
+static __always_inline int broadcast(struct xdp_md *ctx, struct frame *f, struct flood_settings *settings, void *group)
 {
 	struct generic_flood *record = &f->cpu->flood;
 	__u8 *data = (void *)(long)ctx->data;
 	__u8 *data_end = (void *)(long)ctx->data_end;
+	__u32 len = data_end - data;
 
+	if (len > settings->copy_limit && lost_copies(f, len))
+		return XDP_DROP;
 	record->in_ifindex = 0;
 	if (!f->stamp_in_metadata && data + sizeof(__u32) <= data_end) {
 		record->word = f->short_word;
@@ -543,7 +619,7 @@ static __always_inline int flood_local(struct xdp_md *ctx, struct frame *f)
 	} else if (short_stamp(ctx, f, 0)) {
 		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
 	}
-	return broadcast(ctx, f, group);
+	return broadcast(ctx, f, row, group);
 }
 
 /* A frame from a local port, its VNI known (and a trunk's tag removed unless preserved). */
@@ -678,7 +754,7 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 	} else if (bpf_xdp_adjust_head(ctx, outer_len) || short_stamp(ctx, f, SHORT_FROM_TUNNEL)) {
 		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
 	}
-	return broadcast(ctx, f, group);
+	return broadcast(ctx, f, row, group);
 }
 
 static __always_inline int ingress(struct xdp_md *ctx, __u8 stamp_in_metadata, __u8 to_tc)

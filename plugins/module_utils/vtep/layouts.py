@@ -76,7 +76,7 @@ class FloodSettings(ctypes.Structure):
         ("frame_limit", ctypes.c_uint16),
         ("tightest_port", ctypes.c_uint32),
         ("others_limit", ctypes.c_uint16),
-        ("pad", ctypes.c_uint16),
+        ("copy_limit", ctypes.c_uint16),
     ]
 
 
