@@ -486,34 +486,43 @@ static __always_inline int short_stamp(struct xdp_md *ctx, struct frame *f, __u3
 
 /* The copies of a flooded frame `len` bytes long that a member's device refuses: a devmap sends no copy longer than
  * its device's MTU + 18 (xdp_ok_fwd_dev), and no egress program sees it. Both walk the first `end` members of the
- * VNI in `vni_slot` (vni_members, whose row the caller checked), but the port the frame came from (it gets no copy).
+ * VNI in `vni_slot` (vni_members, whose row the caller checked), but the port the frame came from (it gets no copy),
+ * and hold the copy to its device's MTU now, as the kernel does (port_config's is the one the VTEP was configured
+ * with, which egress holds the copies it sees to: a copy is counted by one of the two).
  *
  * Global functions, so that the verifier checks each loop once, with nothing known of its arguments: inlined, the
  * walk of up to VTEP_MAX_MEMBERS members was checked again for every state the flooding code reached it in, more
  * than the verifier's million instructions. */
 
+/* Whether the device `ifindex` refuses a copy `len` bytes long. */
+static __always_inline int refuses(struct xdp_md *ctx, __u32 ifindex, __u32 len)
+{
+	__u32 mtu = 0;
+
+	return bpf_check_mtu(ctx, ifindex, &mtu, 0, 0) >= 0 && len > mtu + DEVICE_FRAME_ALLOWANCE;
+}
+
 /* Whether a member's device refuses its copy. */
-__attribute__((noinline)) int vtep_copy_refused(__u32 vni_slot, __u32 end, __u32 in_ifindex, __u32 len)
+__attribute__((noinline)) int vtep_copy_refused(struct xdp_md *ctx, __u32 vni_slot, __u32 end, __u32 in_ifindex,
+						__u32 len)
 {
 	struct vni_members *row = bpf_map_lookup_elem(&vni_members, &vni_slot);
-	struct port_config *port;
 	__u32 i, ifindex;
 
 	if (!row)
 		return 0;
 	for (i = 0; i < VTEP_MAX_MEMBERS && i < end; i++) {
 		ifindex = row->members[i].ifindex;
-		port = bpf_map_lookup_elem(&port_config, &ifindex);
-		if (ifindex != in_ifindex && port && len > port->mtu + DEVICE_FRAME_ALLOWANCE)
+		if (ifindex != in_ifindex && refuses(ctx, ifindex, len))
 			return 1;
 	}
 	return 0;
 }
 
 /* Count (mtu, on the member's port and on the VNI) each copy (one per local port, one per peer) that its device
- * refuses, or `all` copies. */
-__attribute__((noinline)) int vtep_count_lost_copies(__u32 vni_slot, __u32 end, __u32 in_ifindex, __u32 len,
-						     __u32 all)
+ * refuses, or every copy (`len` 0). */
+__attribute__((noinline)) int vtep_count_lost_copies(struct xdp_md *ctx, __u32 vni_slot, __u32 end,
+						     __u32 in_ifindex, __u32 len)
 {
 	struct vni_members *row = bpf_map_lookup_elem(&vni_members, &vni_slot);
 	struct traffic_stats *vs = bpf_map_lookup_elem(&vni_stats, &vni_slot);
@@ -525,7 +534,7 @@ __attribute__((noinline)) int vtep_count_lost_copies(__u32 vni_slot, __u32 end, 
 	for (i = 0; i < VTEP_MAX_MEMBERS && i < end; i++) {
 		ifindex = row->members[i].ifindex;
 		port = bpf_map_lookup_elem(&port_config, &ifindex);
-		if (ifindex != in_ifindex && port && (all || len > port->mtu + DEVICE_FRAME_ALLOWANCE))
+		if (ifindex != in_ifindex && port && (!len || refuses(ctx, ifindex, len)))
 			drop(port->slot, vs, DROP_MTU);
 	}
 	return 0;
@@ -535,7 +544,7 @@ __attribute__((noinline)) int vtep_count_lost_copies(__u32 vni_slot, __u32 end, 
  * copies. Generic XDP ends the whole broadcast at the first copy a device refuses (dev_map_redirect_multi returns
  * the error), so the members after it in the map's order would lose theirs too: there the frame is not flooded,
  * every copy counted. Returns 1 when the frame is not to be flooded. */
-static __always_inline int lost_copies(struct frame *f, __u32 len)
+static __always_inline int lost_copies(struct xdp_md *ctx, struct frame *f, __u32 len)
 {
 	__u32 slot = f->vni_slot, end;
 	struct vni_members *row = bpf_map_lookup_elem(&vni_members, &slot);
@@ -545,12 +554,12 @@ static __always_inline int lost_copies(struct frame *f, __u32 len)
 	/* a decapsulated frame's group has the local members only: those listed first */
 	end = f->flags & FRAME_FROM_TUNNEL ? row->locals : row->count;
 	if (f->stamp_in_metadata) {
-		vtep_count_lost_copies(slot, end, f->in_ifindex, len, 0);
+		vtep_count_lost_copies(ctx, slot, end, f->in_ifindex, len);
 		return 0;
 	}
-	if (!vtep_copy_refused(slot, end, f->in_ifindex, len))
+	if (!vtep_copy_refused(ctx, slot, end, f->in_ifindex, len))
 		return 0;
-	vtep_count_lost_copies(slot, end, f->in_ifindex, len, 1);
+	vtep_count_lost_copies(ctx, slot, end, f->in_ifindex, 0);
 	return 1;
 }
 
@@ -569,12 +578,12 @@ static __always_inline int broadcast(struct xdp_md *ctx, struct frame *f, struct
 	__u8 *data_end = (void *)(long)ctx->data_end;
 	__u32 len = data_end - data;
 
-	if (len > settings->copy_limit && lost_copies(f, len))
+	if (len > settings->copy_limit && lost_copies(ctx, f, len))
 		return XDP_DROP;
 	record->in_ifindex = 0;
 	if (!f->stamp_in_metadata && data + sizeof(__u32) <= data_end) {
 		record->word = f->short_word;
-		record->len = data_end - data;
+		record->len = len;
 		record->head = *(__u32 *)data;
 		record->in_ifindex = f->in_ifindex;
 	}
