@@ -428,12 +428,15 @@ def test_fuzz_vtep(vtep):
                 allowed = sorted(fz.VERDICTS[v] for v in exp.verdicts)
                 run.fail(index, where, frame, f"verdict {verdict}, the model allows {allowed} ({exp.why or exp.vni})")
             now = counters.read()
-            if now[0] - drops != (verdict == fz.XDP_DROP):
-                run.fail(index, where, frame, f"{fz.VERDICTS[verdict]}, drop counters moved by {now[0] - drops}")
+            meta_out = int.from_bytes(result.ctx_out[:4], "little")  # xdp_md.data: the metadata's length
+            # a frame flooded with the short stamp: ingress counts the copies too long for their members' devices
+            refused = live.members(exp, port)[1] if verdict == fz.XDP_REDIRECT and meta_out else 0
+            if now[0] - drops != (verdict == fz.XDP_DROP) + refused:
+                run.fail(index, where, frame, f"{fz.VERDICTS[verdict]}, drop counters moved by {now[0] - drops}, "
+                         f"{refused} copies too long for their members")  # fmt: skip
             if now[2][counters.slot_of[port]] != rx[counters.slot_of[port]] + 1:
                 run.fail(index, where, frame, "not counted as received on its port")
             if verdict == fz.XDP_REDIRECT:
-                meta_out = int.from_bytes(result.ctx_out[:4], "little")  # xdp_md.data: the metadata's length
                 check_out(run, index, where, frame, exp, result.data_out[:meta_out], result.data_out[meta_out:], slots)
             run.note(fz.VERDICTS[verdict])
             drops, tx, rx = now
