@@ -580,6 +580,8 @@ static __always_inline int broadcast(struct xdp_md *ctx, struct frame *f, struct
 
 	if (len > settings->copy_limit && lost_copies(ctx, f, len))
 		return XDP_DROP;
+	data = (void *)(long)ctx->data; /* read again after a call to a global function */
+	data_end = (void *)(long)ctx->data_end;
 	record->in_ifindex = 0;
 	if (!f->stamp_in_metadata && data + sizeof(__u32) <= data_end) {
 		record->word = f->short_word;
