@@ -69,11 +69,14 @@ struct peer {
 
 /* flood_settings[vni slot]: what ingress needs to flood a frame of the VNI, in an array by slot (no hash lookup):
  * - frame_limit: the longest frame every local member of the VNI accepts from a devmap (its MTU + 18: the kernel
- *   drops a longer one before the egress program runs, uncounted) and every tunnel port of the VNI sends (its MTU
+ *   drops a longer one before the egress program runs) and every tunnel port of the VNI sends (its MTU
  *   + 14: a longer tunnel copy must reach egress to be dropped and counted). A flooded frame that fits with its
  *   Outer carries the Outer to every copy; a longer one carries a 4-byte stamp, and tunnel copies get their Outer
  *   in egress. A frame from tightest_port (the local member that sets frame_limit) is not copied back to it:
  *   others_limit is its limit;
+ * - copy_limit: the longest copy that the device of every member of the VNI (local ports, and tunnel ports of its
+ *   peers) takes from a devmap, its MTU + 18. Only a longer flooded frame can lose copies in the
+ *   kernel (a stamped one, longer than frame_limit): ingress then finds in vni_members which, and counts them;
  * - a copy of port_vnis' row for the VNI's first tunnel port (the lowest ifindex; 0: none), so that ingress stamps it
  *   on a flooded frame and copies to that port need no hash lookup. */
 struct flood_settings {
@@ -84,12 +87,13 @@ struct flood_settings {
 	__u16 frame_limit;
 	__u32 tightest_port;
 	__u16 others_limit;
-	__u16 pad;
+	__u16 copy_limit;
 };
 
-/* vni_members[vni slot]: the VNI's members as the TC backend walks them to replicate a frame (a devmap cannot be
- * iterated from BPF): the local ports first (ifindex), then one entry per peer (its tunnel port's ifindex and its
- * tunnel_peers index), written from the same plan as the VNI's flood group. A row is written while frames read it;
+/* vni_members[vni slot]: the VNI's members as the TC backend walks them to replicate a frame, and as the XDP
+ * backend's ingress walks them to count the copies a devmap drops for their length (a devmap cannot be iterated from
+ * BPF): the local ports first (ifindex), then one entry per peer (its tunnel port's ifindex and its tunnel_peers
+ * index), written from the same plan as the VNI's flood group. A row is written while frames read it;
  * each copy is checked as the XDP backend's egress checks it (membership, VID, the peer's VNI), so a row read half
  * old, half new never sends a frame where its VNI does not go. */
 struct vni_member {

@@ -90,6 +90,15 @@ struct recent_destination {
 	struct fdb_entry entry;
 };
 
+/* The flooded frame whose copies are being made in generic XDP, as its ingress left it for their egress program
+ * (vtep_xdp.c): its short stamp (0: the frame carries its Outer), and the frame it is for. */
+struct generic_flood {
+	__u32 word;
+	__u32 in_ifindex; /* the port it came from; 0: none (native XDP clears it) */
+	__u32 len;        /* its length, and its first 4 bytes, as its copies reach egress */
+	__u32 head;
+};
+
 /* cpu_state[0], per CPU: what ingress keeps from one frame to the next. */
 struct cpu_state {
 	struct outer_template template;
@@ -97,6 +106,7 @@ struct cpu_state {
 	struct recent_destination destination;
 	__u32 seq; /* numbers the flooded frames (odd: never 0) */
 	__u32 pad;
+	struct generic_flood flood;
 };
 
 /* Keyed by member: a local port's ifindex, or a peer's member key (peer_member_key in vtep_abi.h). Sizes, not

@@ -12,15 +12,20 @@
  *   (vni_flood: every member, for local frames; vni_local: local members only, for decapsulated frames, which
  *   keep the Outer they came with: split horizon). A frame too long to reach the local ports with an Outer (the
  *   devmap drops a frame longer than the port's MTU + 18 before egress) carries a 4-byte stamp instead, in its
- *   metadata (in front of it in generic mode), and its tunnel copies get their Outer in egress (struct
- *   flood_settings).
+ *   metadata, and its tunnel copies get their Outer in egress (struct flood_settings). Its copies are exactly as
+ *   long as the frame, so a full-size frame (a tagged one of a VNI that preserves tags too) still reaches every
+ *   member of the same MTU. A copy that a member's device refuses for its length (a VNI of mixed MTUs) never
+ *   reaches egress: ingress counts it (lost_copies).
  *
  * vtep_egress runs once per flooded copy. A local copy loses the Outer (a trunk's copy then gets the trunk's VID);
- * a tunnel copy gets its peer's addresses. Everything a copy needs travels in the frame: the VNI in the Outer's
- * VXLAN header, and the frame's stamp in the Outer fields that every tunnel copy overwrites (or the short stamp's
- * VNI slot and frame number, which a devmap copy's metadata carries too). There is no per-CPU "current frame":
- * native XDP runs the egress programs at the devmap flush, after later frames' ingress, so a copy can never get
- * another frame's VNI.
+ * a tunnel copy gets its peer's addresses. In native XDP everything a copy needs travels in the frame: the VNI in
+ * the Outer's VXLAN header, and the frame's stamp in the Outer fields that every tunnel copy overwrites (or the
+ * short stamp's VNI slot and frame number, which a devmap copy's metadata carries too). There is no per-CPU
+ * "current frame" in native XDP: it runs the egress programs at the devmap flush, after later frames' ingress, so a
+ * copy could get another frame's VNI. Generic XDP is the other way round: a devmap copy keeps no metadata, and the
+ * copies' egress programs run within the ingress program's redirect, on its CPU, before any other frame's ingress
+ * there; so the short stamp stays in a per-CPU record of the frame being flooded, which names the frame (port,
+ * length, first bytes) so that a copy of another frame never takes it (see broadcast()).
  *
  * One uplink carries many peers: the kernel runs the first queued frame's egress program for every frame queued to
  * a device (kernel/bpf/devmap.c, bq_enqueue), so the peer cannot come from the entry. Egress numbers the copies of
@@ -49,9 +54,9 @@ _Static_assert(!(FRAME_FROM_TUNNEL & VNI_PRESERVE_VLAN), "a VNI flag is not the 
 
 /* The short stamp: a flooded frame too long for an Outer carries one little-endian u32, as its whole metadata (so
  * that its copies are exactly as long as the frame: a full-size frame still reaches a member of the same MTU) or,
- * in generic XDP (vtep_ingress_generic: egress sees no metadata there), in front of the frame. Its bit 0 is clear
- * (an Outer's first word, STAMP_SEQ, is odd) and it is never 0 (copy_state's seq when no frame is being numbered: a
- * stamp equal to it would continue numbering where the last frame stopped). */
+ * in generic XDP (vtep_ingress_generic: egress sees no metadata there), in its CPU's record (struct generic_flood).
+ * It is never 0 (copy_state's seq when no frame is being numbered: a stamp equal to it would continue numbering
+ * where the last frame stopped; and a record's 0 says the frame carries its Outer). */
 #define SHORT_STAMP_LEN 4
 #define SHORT_FROM_TUNNEL 0x2 /* as STAMP_FROM_TUNNEL */
 #define SHORT_NONZERO 0x4
@@ -73,6 +78,7 @@ struct frame {
 	__u16 vni_slot;
 	__u16 vid;   /* the VID it came with on a trunk */
 	__u16 flags; /* enum vni_flag, and FRAME_FROM_TUNNEL for a decapsulated frame */
+	__u32 short_word; /* generic XDP: the short stamp that the frame's record carries to its copies */
 	__u8 stamp_in_metadata; /* the copies' egress program sees the frame's metadata (native XDP) */
 	__u8 to_tc;             /* the TC backend: forwarding is vtep_replicate's (hand_to_tc) */
 };
@@ -455,30 +461,136 @@ static __always_inline void drop_meta(struct xdp_md *ctx)
 		bpf_xdp_adjust_meta(ctx, (int)(data - meta));
 }
 
-/* Give the frame the short stamp (see SHORT_STAMP_LEN). Its VNI is known by slot only: were the slot to pass to
- * another VNI between ingress and egress (only when every slot is taken, see plan.assign_slots), egress would take
- * the new VNI's row, whose members are not the old VNI's ports. */
+/* Give the frame the short stamp (see SHORT_STAMP_LEN): its metadata in native XDP, its record in generic XDP.
+ * Its VNI is known by slot only: were the slot to pass to another VNI between ingress and egress (only when every
+ * slot is taken, see plan.assign_slots), egress would take the new VNI's row, whose members are not the old VNI's
+ * ports. */
 static __always_inline int short_stamp(struct xdp_md *ctx, struct frame *f, __u32 flags)
 {
-	__u32 word, *stamp;
+	__u32 *stamp;
 
 	f->cpu->seq += 2;
-	word = (f->cpu->seq >> 1) << SHORT_SEQ_SHIFT | (__u32)f->vni_slot << SHORT_SLOT_SHIFT | SHORT_NONZERO | flags;
+	f->short_word = (f->cpu->seq >> 1) << SHORT_SEQ_SHIFT | (__u32)f->vni_slot << SHORT_SLOT_SHIFT | SHORT_NONZERO |
+			flags;
 	drop_meta(ctx);
-	if (f->stamp_in_metadata && !bpf_xdp_adjust_meta(ctx, -SHORT_STAMP_LEN)) {
-		stamp = (void *)(long)ctx->data_meta;
-		if ((void *)(stamp + 1) > (void *)(long)ctx->data)
-			return -1;
-		*stamp = word;
+	if (!f->stamp_in_metadata)
+		return 0;
+	if (bpf_xdp_adjust_meta(ctx, -SHORT_STAMP_LEN))
+		return -1;
+	stamp = (void *)(long)ctx->data_meta;
+	if ((void *)(stamp + 1) > (void *)(long)ctx->data)
+		return -1;
+	*stamp = f->short_word;
+	return 0;
+}
+
+/* The copies of a flooded frame `len` bytes long that a member's device refuses: a devmap sends no copy longer than
+ * its device's MTU + 18 (xdp_ok_fwd_dev), and no egress program sees it. Both walk the first `end` members of the
+ * VNI in `vni_slot` (vni_members, whose row the caller checked), but the port the frame came from (it gets no copy),
+ * and hold the copy to its device's MTU now, as the kernel does (port_config's is the one the VTEP was configured
+ * with, which egress holds the copies it sees to: a copy is counted by one of the two).
+ *
+ * Global functions, so that the verifier checks each loop once, with nothing known of its arguments: inlined, the
+ * walk of up to VTEP_MAX_MEMBERS members was checked again for every state the flooding code reached it in, more
+ * than the verifier's million instructions. */
+
+/* Whether the device `ifindex` refuses a copy `len` bytes long. */
+static __always_inline int refuses(struct xdp_md *ctx, __u32 ifindex, __u32 len)
+{
+	__u32 mtu = 0;
+
+	return bpf_check_mtu(ctx, ifindex, &mtu, 0, 0) >= 0 && len > mtu + DEVICE_FRAME_ALLOWANCE;
+}
+
+/* Whether a member's device refuses its copy. */
+__attribute__((noinline)) int vtep_copy_refused(struct xdp_md *ctx, __u32 vni_slot, __u32 end, __u32 in_ifindex,
+						__u32 len)
+{
+	struct vni_members *row = bpf_map_lookup_elem(&vni_members, &vni_slot);
+	__u32 i, ifindex;
+
+	if (!row)
+		return 0;
+	for (i = 0; i < VTEP_MAX_MEMBERS && i < end; i++) {
+		ifindex = row->members[i].ifindex;
+		if (ifindex != in_ifindex && refuses(ctx, ifindex, len))
+			return 1;
+	}
+	return 0;
+}
+
+/* Count (mtu, on the member's port and on the VNI) each copy (one per local port, one per peer) that its device
+ * refuses, or every copy (`len` 0). */
+__attribute__((noinline)) int vtep_count_lost_copies(struct xdp_md *ctx, __u32 vni_slot, __u32 end,
+						     __u32 in_ifindex, __u32 len)
+{
+	struct vni_members *row = bpf_map_lookup_elem(&vni_members, &vni_slot);
+	struct traffic_stats *vs = bpf_map_lookup_elem(&vni_stats, &vni_slot);
+	struct port_config *port;
+	__u32 i, ifindex;
+
+	if (!row || !vs)
+		return 0;
+	for (i = 0; i < VTEP_MAX_MEMBERS && i < end; i++) {
+		ifindex = row->members[i].ifindex;
+		port = bpf_map_lookup_elem(&port_config, &ifindex);
+		if (ifindex != in_ifindex && port && (!len || refuses(ctx, ifindex, len)))
+			drop(port->slot, vs, DROP_MTU);
+	}
+	return 0;
+}
+
+/* Count each copy of the flooded frame, `len` bytes long, that is lost for its length. Native XDP sends the other
+ * copies. Generic XDP ends the whole broadcast at the first copy a device refuses (dev_map_redirect_multi returns
+ * the error), so the members after it in the map's order would lose theirs too: there the frame is not flooded,
+ * every copy counted. Returns 1 when the frame is not to be flooded. */
+static __always_inline int lost_copies(struct xdp_md *ctx, struct frame *f, __u32 len)
+{
+	__u32 slot = f->vni_slot, end;
+	struct vni_members *row = bpf_map_lookup_elem(&vni_members, &slot);
+
+	if (!row || row->vni != f->vni)
+		return 0;
+	/* a decapsulated frame's group has the local members only: those listed first */
+	end = f->flags & FRAME_FROM_TUNNEL ? row->locals : row->count;
+	if (f->stamp_in_metadata) {
+		vtep_count_lost_copies(ctx, slot, end, f->in_ifindex, len);
 		return 0;
 	}
-	if (bpf_xdp_adjust_head(ctx, -SHORT_STAMP_LEN))
-		return -1;
-	stamp = (void *)(long)ctx->data;
-	if ((void *)(stamp + 1) > (void *)(long)ctx->data_end)
-		return -1;
-	*stamp = word;
-	return 0;
+	if (!vtep_copy_refused(ctx, slot, end, f->in_ifindex, len))
+		return 0;
+	vtep_count_lost_copies(ctx, slot, end, f->in_ifindex, 0);
+	return 1;
+}
+
+/* Hand the flooded frame, as it is now, to every member of `group` but the port it came from (a frame longer than
+ * the VNI's copy_limit: see lost_copies).
+ *
+ * In generic XDP the copies' egress programs run on this CPU within this redirect, one after the other, before this
+ * CPU runs any other frame's ingress (kernel/bpf/devmap.c: dev_map_redirect_multi clones the skb and runs each
+ * clone's egress program, dev_map_generic_redirect, before it returns): the frame's record tells them its short
+ * stamp, and the frame it is for. Native XDP runs them at the devmap flush, after later frames' ingress: there the
+ * frame carries everything, and the record is cleared. */
+static __always_inline int broadcast(struct xdp_md *ctx, struct frame *f, struct flood_settings *settings, void *group)
+{
+	struct generic_flood *record = &f->cpu->flood;
+	__u8 *data = (void *)(long)ctx->data;
+	__u8 *data_end = (void *)(long)ctx->data_end;
+	__u32 len = data_end - data;
+
+	if (len > settings->copy_limit && lost_copies(ctx, f, len))
+		return XDP_DROP;
+	data = (void *)(long)ctx->data; /* read again after a call to a global function */
+	data_end = (void *)(long)ctx->data_end;
+	record->in_ifindex = 0;
+	if (!f->stamp_in_metadata && data + sizeof(__u32) <= data_end) {
+		record->word = f->short_word;
+		record->len = len;
+		record->head = *(__u32 *)data;
+		record->in_ifindex = f->in_ifindex;
+	}
+	count_fdb(f, FDB_FLOODED);
+	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
 }
 
 /* The TC backend floods in vtep_replicate: the frame (no Outer) and a command naming its VNI. */
@@ -518,8 +630,7 @@ static __always_inline int flood_local(struct xdp_md *ctx, struct frame *f)
 	} else if (short_stamp(ctx, f, 0)) {
 		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
 	}
-	count_fdb(f, FDB_FLOODED);
-	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
+	return broadcast(ctx, f, row, group);
 }
 
 /* A frame from a local port, its VNI known (and a trunk's tag removed unless preserved). */
@@ -654,8 +765,7 @@ static __always_inline int tunnel_ingress(struct xdp_md *ctx, struct port_config
 	} else if (bpf_xdp_adjust_head(ctx, outer_len) || short_stamp(ctx, f, SHORT_FROM_TUNNEL)) {
 		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
 	}
-	count_fdb(f, FDB_FLOODED);
-	return bpf_redirect_map(group, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
+	return broadcast(ctx, f, row, group);
 }
 
 static __always_inline int ingress(struct xdp_md *ctx, __u8 stamp_in_metadata, __u8 to_tc)
@@ -711,7 +821,7 @@ int vtep_ingress(struct xdp_md *ctx)
 }
 
 /* The ingress program in generic (skb) mode, where a devmap's egress program sees no metadata (the skb keeps it
- * apart): the short stamp goes in front of the frame. */
+ * apart): the short stamp goes in the frame's record (see broadcast). */
 SEC("xdp")
 int vtep_ingress_generic(struct xdp_md *ctx)
 {
@@ -794,10 +904,9 @@ static __always_inline int local_copy(struct xdp_md *ctx, struct port_config *po
 	return -1;
 }
 
-/* A copy of a frame with the short stamp `word`, read from its first `skip` bytes (or its metadata: skip 0): tunnel
- * copies get their whole Outer here. */
-static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *port, __u32 ifindex, __u32 word,
-				      int skip)
+/* A copy of a frame with the short stamp `word` (from its metadata or its record; the copy is the bare frame):
+ * tunnel copies get their whole Outer here. */
+static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *port, __u32 ifindex, __u32 word)
 {
 	__u32 slot = (word >> SHORT_SLOT_SHIFT) & SHORT_SLOT_MASK, zero = 0;
 	struct traffic_stats *vs = bpf_map_lookup_elem(&vni_stats, &slot);
@@ -811,7 +920,7 @@ static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *po
 	if (!row)
 		return drop(port->slot, vs, DROP_NO_OUTER);
 	if (port->kind != PORT_TUNNEL) {
-		reason = local_copy(ctx, port, ifindex, row->vni, skip);
+		reason = local_copy(ctx, port, ifindex, row->vni, 0);
 		if (reason >= 0)
 			return drop(port->slot, vs, reason);
 	} else {
@@ -820,10 +929,10 @@ static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *po
 		peer = copy_peer(port->slot, ifindex, row->vni, word, row->tunnel_ifindex, row->first_peer, row->peers);
 		if (!peer)
 			return drop(port->slot, vs, DROP_NO_PEER);
-		if (data_end - data - skip + VXLAN_OVERHEAD - (int)sizeof(struct ethhdr) > port->mtu)
+		if (data_end - data + VXLAN_OVERHEAD - (int)sizeof(struct ethhdr) > port->mtu)
 			return drop(port->slot, vs, DROP_MTU);
 		cpu = bpf_map_lookup_elem(&cpu_state, &zero);
-		if (!cpu || bpf_xdp_adjust_head(ctx, skip) || push_outer(ctx, cpu, row->vni))
+		if (!cpu || push_outer(ctx, cpu, row->vni))
 			return drop(port->slot, vs, DROP_MALFORMED);
 		data = (void *)(long)ctx->data;
 		data_end = (void *)(long)ctx->data_end;
@@ -841,11 +950,13 @@ static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *po
 SEC("xdp/devmap")
 int vtep_egress(struct xdp_md *ctx)
 {
-	__u32 ifindex = ctx->egress_ifindex, vni, vni_slot;
+	__u32 ifindex = ctx->egress_ifindex, vni, vni_slot, zero = 0;
 	__u32 *meta = (void *)(long)ctx->data_meta;
 	__u8 *data = (void *)(long)ctx->data;
 	__u8 *data_end = (void *)(long)ctx->data_end;
+	struct generic_flood *record;
 	struct traffic_stats *vs;
+	struct cpu_state *cpu;
 	struct port_config *port;
 	struct peer *peer;
 	__u32 word;
@@ -861,14 +972,18 @@ int vtep_egress(struct xdp_md *ctx)
 			word = *meta;
 			if (bpf_xdp_adjust_meta(ctx, SHORT_STAMP_LEN))
 				return drop(port->slot, NULL, DROP_MALFORMED);
-			return short_copy(ctx, port, ifindex, word, 0);
+			return short_copy(ctx, port, ifindex, word);
 		}
 	}
-	if (data + SHORT_STAMP_LEN > data_end)
-		return drop(port->slot, NULL, DROP_NO_OUTER);
-	if (!(*(__u32 *)data & 1))
-		return short_copy(ctx, port, ifindex, *(__u32 *)data, SHORT_STAMP_LEN);
 	if (data + VXLAN_OVERHEAD > data_end)
+		return drop(port->slot, NULL, DROP_NO_OUTER);
+	/* Generic XDP: the record its ingress left on this CPU, when it is this frame's (see broadcast). */
+	cpu = bpf_map_lookup_elem(&cpu_state, &zero);
+	record = cpu ? &cpu->flood : NULL;
+	if (record && record->in_ifindex == ctx->ingress_ifindex && record->len == data_end - data &&
+	    record->head == *(__u32 *)data && record->word)
+		return short_copy(ctx, port, ifindex, record->word);
+	if (!(*(__u32 *)data & 1))
 		return drop(port->slot, NULL, DROP_NO_OUTER);
 	vni = bpf_ntohl(*(__be32 *)(data + OUTER_VXLAN_VNI)) >> 8;
 	vni_slot = *(__u16 *)(data + STAMP_VNI_SLOT);

@@ -37,6 +37,11 @@ description:
     a trunk only when it carries that trunk's VID for the VNI (else it is counted as C(vid_mismatch)), and through
     an access port as it came. So all trunks of such a VNI use the same VID, the VNI has either access ports or
     trunks on a host, not both, and its tunnel ports' MTU must hold the 4-byte tag as well."
+  - "A VNI may mix ports of different MTUs. A flooded copy longer than its port takes (the port's MTU + 18, the
+    Ethernet header and a tag; for a tunnel copy, its MTU + 14 with the outer headers) is not sent and is counted as
+    C(mtu) on that port and on the VNI, once per copy. With I(mode=generic) the kernel ends a devmap broadcast at
+    the first copy a port refuses, so there a flooded frame that some member cannot take is not flooded at all,
+    each of its copies counted as C(mtu)."
   - "Every access port and trunk is put in promiscuous mode while the VTEP serves it: a NIC (virtio_net, ice, mlx5)
     drops unicast frames to MACs the host has not asked for before XDP sees them, and these ports receive frames for
     the endpoints behind other VTEPs (the Linux bridge of C(xdpfleet.fabric.linux_vtep) makes its ports promiscuous

@@ -410,6 +410,33 @@ def test_a_full_size_frame_reaches_every_member(fresh, mode):
         fresh.attach("native")
 
 
+@pytest.mark.parametrize("mode", ["native", "generic"])
+def test_a_full_size_tagged_flood_of_a_preserve_vni_reaches_every_member(fresh_xdp, mode):
+    """A VNI that preserves the tag floods a 1518-byte tagged frame (MTU 1500 + 18: the longest a trunk of MTU 1500
+    takes) to the other trunk and, encapsulated, to every peer. In generic XDP the short stamp once went in front of
+    the frame: 1522 bytes, which the kernel's devmap refused for the trunk before any egress program ran, uncounted
+    (and with it the rest of the broadcast)."""
+    fresh = fresh_xdp
+    peers = tuple(Peer(ip, "ul", peer_mac(ip)) for ip in PEERS)
+    preserve = Vni(300, (), (TrunkBinding("tr", 40), TrunkBinding("tr2", 40)), peers, vlan_mode="preserve")
+    fresh.configure(VtepConfig(config().tunnel_ports, (*config().vnis, preserve)))
+    fresh.attach(mode)
+    try:
+        fresh.drain_all()
+        sent = frame("tagged", STATION["tagged"], tags=[Dot1Q(vlan=40)])
+        sent += bytes(1518 - len(sent))
+        fresh.taps["tr"].send(sent)
+        received = seen(fresh)
+        assert only(received) == {"tr2": 1, "ul": len(PEERS)}
+        assert received["tr2"] == [sent]
+        tunnel = [Ether(raw) for raw in received["ul"]]
+        assert sorted(c[IP].dst for c in tunnel) == PEERS
+        assert all(c[VXLAN].vni == 300 and bytes(c[VXLAN].payload) == sent for c in tunnel)
+    finally:
+        fresh.attach("native")
+        fresh.configure(config())
+
+
 def test_the_tc_program_hands_a_frame_without_a_command_to_the_next_tcx_program(lab):
     """The TC backend's tc program carries out the command its XDP program leaves in the metadata; a frame without
     one is the host's and goes on to the port's next tcx program (a filter attached after the VTEP) or the stack:

@@ -238,6 +238,23 @@ def test_helpers_the_catalog_does_not_know_are_named_by_the_kernel_or_missing(tm
     )
 
 
+def test_the_helpers_of_the_subprograms_a_program_calls_are_the_programs(tmp_path):
+    """A global function (verified on its own) and a static one it calls, in .text: their helpers are those of the
+    program that calls them, and of no other."""
+    source = tmp_path / "p.c"
+    source.write_text(
+        "#include <linux/bpf.h>\n#include <bpf/bpf_helpers.h>\n"
+        "static __attribute__((noinline)) int inner(int x) { return x + (int)bpf_ktime_get_ns(); }\n"
+        "__attribute__((noinline)) int outer(int x) { return inner(x) ^ (int)bpf_get_prandom_u32(); }\n"
+        'SEC("xdp") int p(struct xdp_md *c) { return outer(c->data) & 1 ? XDP_PASS : XDP_DROP; }\n'
+        'SEC("xdp") int q(struct xdp_md *c) { return XDP_PASS; }\n'
+        'char L[] SEC("license") = "GPL";\n'
+    )
+    path, _ = bpf_build.compile_object(str(source), str(tmp_path / "cache"))
+    scan = object_needs.scan(path)
+    assert (scan.programs["p"].helper_ids, scan.programs["q"].helper_ids) == ({5, 7}, set())
+
+
 def test_a_file_that_is_not_a_bpf_object_is_refused(tmp_path):
     path = tmp_path / "x.o"
     path.write_bytes(b"\x7fELF\x02\x01" + b"\0" * 100)

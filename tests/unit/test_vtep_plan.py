@@ -7,6 +7,7 @@ after the writer wrote them (each group in the map of its size, every member on 
 
 import copy
 import ctypes
+import dataclasses
 
 import pytest
 
@@ -180,6 +181,20 @@ def test_the_second_tightest_port_limits_the_frames_of_the_tightest():
                                                    v.peers}, plan.MapContents(), EGRESS)  # fmt: skip
     (vni100,) = [f for f in by_index(desired, "flood_settings", FloodSettings).values() if f.vni == 100]
     assert (vni100.frame_limit, vni100.tightest_port, vni100.others_limit) == (1518, 2, 1558)
+
+
+def test_the_copy_limit_is_the_smallest_members_mtu_plus_18():
+    """flood_settings.copy_limit: the longest copy every member's device takes from a devmap (MTU + 18; a tunnel
+    port's counts too, its MTU at least the inner MTU + 50); ingress counts the copies of a longer flooded frame that
+    a device refuses."""
+    doc = document()
+    doc["vnis"][1]["access_ports"].append("acc101")
+    ports = {**PORTS, "acc101": dataclasses.replace(PORTS["acc101"], mtu=1450)}
+    config = vc.validate(doc, {name: vc.InterfaceFacts(p.ifindex, p.mtu, p.mac) for name, p in ports.items()})
+    peer_macs = {(v.vni, p.ip): NEXT_HOPS[p.ip] for v in config.vnis for p in v.peers}
+    desired = plan.compile_desired(config, ports, peer_macs, plan.MapContents(), EGRESS)
+    flooding = by_index(desired, "flood_settings", FloodSettings)
+    assert {f.vni: f.copy_limit for f in flooding.values()} == {100: 1468, 110: 1518, 200: 1518}
 
 
 def test_the_same_configuration_in_another_order_compiles_to_the_same_contents():

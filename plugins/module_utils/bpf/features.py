@@ -360,6 +360,7 @@ CATALOG = _catalog(
     Feature("helper", "bpf_fib_lookup", "4.18", "kernel FIB lookup", 69),
     Feature("helper", "bpf_jiffies64", "5.5", "jiffies", 118),
     Feature("helper", "bpf_ktime_get_coarse_ns", "5.11", "coarse monotonic clock", 160),
+    Feature("helper", "bpf_check_mtu", "5.12", "a device's MTU", 163),
     Feature("kfunc", "bpf_iter_num_new", "6.4", "open-coded iterators"),
     Feature("kfunc", "bpf_iter_num_next", "6.4", "open-coded iterators"),
     Feature("kfunc", "bpf_iter_num_destroy", "6.4", "open-coded iterators"),

@@ -4,6 +4,7 @@
 
 - helpers: per program, every call instruction with no relocation calls a helper, whose id is the immediate;
 - kfuncs: per program, a call relocated against an undefined symbol calls a kernel function (a `__ksym` extern);
+- both also of the subprograms (functions in .text) a program calls, and those they call;
 - map types: from the object's BTF, the `type` member of every map in the .maps section (inner maps of map-in-map
   definitions too, through their `values` member);
 - the section of each program (xdp, xdp/devmap, tc ...), which sets its program and expected attach type.
@@ -24,7 +25,7 @@ ELF_MAGIC = b"\x7fELF"
 ELFCLASS64, ELFDATA2LSB, EM_BPF = 2, 1, 247
 SHT_SYMTAB, SHT_REL = 2, 9
 SHF_EXECINSTR = 0x4
-STT_FUNC = 2
+STT_FUNC, STT_SECTION = 2, 3
 SHN_UNDEF = 0
 BPF_CALL_OPCODE = 0x85  # BPF_JMP | BPF_CALL
 BPF_PSEUDO_CALL = 1  # src_reg of a call to a function of the same object
@@ -105,16 +106,46 @@ def _scan(path: str, data: bytes) -> ObjectScan:
     def symbol_name(sym) -> str:
         return cstr(strtab.offset + sym[0])
 
-    # Relocations of each code section: instruction offset -> the name of an undefined symbol it refers to.
+    # Relocations of each code section: instruction offset -> the name of an undefined symbol it refers to (a kfunc),
+    # or the offset in .text of the subprogram a call goes to.
+    text = next((n for n, s in enumerate(sections) if s.name == ".text"), None)
     extern_calls: dict[int, dict[int, str]] = {}
+    text_calls: dict[int, dict[int, int]] = {}
     for s in sections:
         if s.type == SHT_REL and s.link == symtab_index and sections[s.info].flags & SHF_EXECINSTR:
-            target = extern_calls.setdefault(s.info, {})
+            code_at = sections[s.info].offset
             for n in range(s.size // REL.size):
                 offset, info = REL.unpack_from(data, s.offset + n * REL.size)
                 sym = symbols[info >> 32]
                 if sym[3] == SHN_UNDEF:
-                    target[offset] = symbol_name(sym)
+                    extern_calls.setdefault(s.info, {})[offset] = symbol_name(sym)
+                elif sym[3] == text and data[code_at + offset] == BPF_CALL_OPCODE:
+                    # against the function, or against .text with the target in the immediate (instructions - 1)
+                    imm = struct.unpack_from("<i", data, code_at + offset + 4)[0]
+                    target = sym[4] if sym[1] & 0xF == STT_FUNC else sym[4] + (imm + 1) * INSN_SIZE
+                    text_calls.setdefault(s.info, {})[offset] = target
+
+    def calls(index: int, start: int, size: int, program: ProgramScan, subprograms: set[int]) -> None:
+        """Add the helpers and kfuncs called by the code at [start, start + size) of section `index` to program;
+        the .text offsets it calls to subprograms."""
+        section = sections[index]
+        for at in range(start, start + size, INSN_SIZE):  # offsets in the section, as relocations give them
+            code, regs, _off, imm = struct.unpack_from("<BBhi", data, section.offset + at)
+            if code != BPF_CALL_OPCODE:
+                continue
+            if at in extern_calls.get(index, {}):
+                program.kfuncs.add(extern_calls[index][at])
+            elif at in text_calls.get(index, {}):
+                subprograms.add(text_calls[index][at])
+            elif (regs >> 4) == BPF_PSEUDO_CALL:
+                if index == text:  # within .text: relative to the next instruction
+                    subprograms.add(at + (imm + 1) * INSN_SIZE)
+            else:
+                program.helper_ids.add(imm)
+
+    text_functions = sorted(
+        (sym[4], sym[5]) for sym in symbols if (sym[1] & 0xF) == STT_FUNC and text is not None and sym[3] == text
+    )
     programs = {}
     for sym in symbols:
         index = sym[3]
@@ -123,18 +154,17 @@ def _scan(path: str, data: bytes) -> ObjectScan:
         section = sections[index]
         if not section.flags & SHF_EXECINSTR or section.name == ".text":  # .text holds subprograms, not programs
             continue
-        name = symbol_name(sym)
-        program = ProgramScan(name, section.name)
-        relocated = extern_calls.get(index, {})
-        for at in range(sym[4], sym[4] + sym[5], INSN_SIZE):  # offsets in the section, as relocations give them
-            code, regs, _off, imm = struct.unpack_from("<BBhi", data, section.offset + at)
-            if code != BPF_CALL_OPCODE:
-                continue
-            if at in relocated:
-                program.kfuncs.add(relocated[at])
-            elif (regs >> 4) != BPF_PSEUDO_CALL:
-                program.helper_ids.add(imm)
-        programs[name] = program
+        program = ProgramScan(symbol_name(sym), section.name)
+        pending: set[int] = set()
+        calls(index, sym[4], sym[5], program, pending)
+        done: set[int] = set()
+        while pending - done:
+            target = min(pending - done)
+            done.add(target)
+            for start, size in text_functions:
+                if start == target:
+                    calls(text, start, size, program, pending)
+        programs[program.name] = program
     btf_section = next((s for s in sections if s.name == ".BTF"), None)
     map_types = _map_types(data[btf_section.offset : btf_section.offset + btf_section.size]) if btf_section else {}
     return ObjectScan(path, programs, map_types)

@@ -76,7 +76,7 @@ class FloodSettings(ctypes.Structure):
         ("frame_limit", ctypes.c_uint16),
         ("tightest_port", ctypes.c_uint32),
         ("others_limit", ctypes.c_uint16),
-        ("pad", ctypes.c_uint16),
+        ("copy_limit", ctypes.c_uint16),
     ]
 
 
@@ -189,13 +189,15 @@ GROUP_MAPS = {
 }
 GROUP_CAPACITY = {"small": VTEP_SMALL_GROUP, "large": VTEP_MAX_MEMBERS}
 # A devmap hands a frame to a port only when it is at most the port's MTU + 18 (Ethernet header and one VLAN tag,
-# kernel xdp_ok_fwd_dev): flood_settings.frame_limit, the longest flooded frame that may carry its Outer.
+# kernel xdp_ok_fwd_dev): flood_settings.frame_limit, the longest flooded frame that may carry its Outer, and
+# flood_settings.copy_limit, above which ingress counts the copies a member's device refuses.
 DEVMAP_FRAME_ALLOWANCE = 18
 ETH_HLEN = 14  # a tunnel copy fits when its frame is at most the tunnel port's MTU + the Ethernet header
 FRAME_LIMIT_MAX = 0xFFFF
 MAP_NAMES = (*LAYOUTS, *GROUP_MAPS.values())
 # The object's programs. The XDP backend: the ingress program of each XDP mode (a flooded frame's short stamp travels
-# as metadata in native mode; generic mode's egress programs see none) and the groups' egress program. The TC backend
+# as metadata in native mode; generic mode's egress programs see no metadata, and take it from the CPU's record of
+# the frame) and the groups' egress program, which reads both. The TC backend
 # (seed 000's XDP + TC): one XDP ingress program for both modes, which hands forwarding to the tc ingress program.
 BACKENDS = ("xdp", "tc")
 INGRESS_PROGRAMS = {"native": "vtep_ingress", "generic": "vtep_ingress_generic"}

@@ -22,6 +22,7 @@ _INGRESS = (
     "bpf_xdp_adjust_meta",
     "bpf_jiffies64",
     "bpf_ktime_get_coarse_ns",
+    "bpf_check_mtu",
 )
 _BROADCAST = ("BPF_F_BROADCAST", "BPF_F_EXCLUDE_INGRESS")
 

@@ -274,12 +274,16 @@ def compile_desired(
         tunnel_limit = min((ports[p.via].mtu + ETH_HLEN for p in vni.peers), default=FRAME_LIMIT_MAX)
         frame_limit, tightest = limits[0] if limits else (FRAME_LIMIT_MAX, 0)
         others_limit = limits[1][0] if len(limits) > 1 else FRAME_LIMIT_MAX
+        # The longest copy every member's device takes (tunnel ports too): a longer flooded frame loses copies in the
+        # kernel, which ingress counts.
+        tunnel_copy_limit = min((ports[p.via].mtu + DEVMAP_FRAME_ALLOWANCE for p in vni.peers), default=FRAME_LIMIT_MAX)
         flooding = FloodSettings(
             vni.vni,
             *first_tunnel.get(vni.vni, (0, 0, 0)),
             min(frame_limit, tunnel_limit),
             tightest,
             others_limit=min(others_limit, tunnel_limit),
+            copy_limit=min(frame_limit, tunnel_copy_limit, FRAME_LIMIT_MAX),
         )
         put("flood_settings", ctypes.c_uint32(vni_slot[vni.vni]), flooding, vni.path)
     statics = 0
