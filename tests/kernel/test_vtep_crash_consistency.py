@@ -328,6 +328,8 @@ def test_an_update_killed_at_any_step_ends_in_the_old_or_the_new_configuration(h
         restored, after_restore = host.run("reboot", "restore", "state")
         if after_restore not in ("old", "new"):
             between.append(f"kill point {n}, then the restore ({restored}): {after_restore}")
+        print(f"kill point {n}: killed {killed if killed in ('old', 'new') else 'between'}, re-run {after_rerun}, "
+              f"restore {after_restore if after_restore in ('old', 'new') else 'between'}", flush=True)  # fmt: skip
     print(f"\nVTEP update ({host.variant}): {steps} kill points, {len(points)} tried; hosts between the "
           f"configurations right after the kill: {killed_between}; after the re-run or the restore: {len(between)}; "
           f"{time.monotonic() - started:.0f} s")  # fmt: skip
