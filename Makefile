@@ -170,7 +170,8 @@ scale: deps
 
 # The data planes' fuzz tests at full size (`make test` runs them at tests/kernel/fuzzlib.py's DEFAULT_FRAMES, seed 1).
 # One process, output shown: each data plane prints its frames, seed and rate. Then a VTEP update killed at every
-# one of its steps (make test tries a few), which prints the kill points and the hosts left between configurations.
+# one of its steps, for each backend and XDP mode (make test tries a few), which prints the kill points, the hosts
+# left between configurations and the time.
 FUZZ_FRAMES ?= 1000000
 FUZZ_SEED ?= $(shell date +%s)
 fuzz: deps

@@ -16,6 +16,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import kill_points
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.netlink import (
     NLA_F_NESTED,
     NLM_F_CREATE,
@@ -128,12 +129,15 @@ def has_clsact(ifindex: int) -> bool:
 
 
 def add_clsact(ifindex: int) -> None:
+    kill_points.step()
     with Netlink(socket.NETLINK_ROUTE) as nl:
         payload = _tcmsg(ifindex, CLSACT_HANDLE, TC_H_CLSACT) + nl_attr(TCA_KIND, b"clsact\0")
         nl.request(RTM_NEWQDISC, NLM_F_CREATE | NLM_F_EXCL, payload, f"add clsact qdisc (ifindex {ifindex})")
 
 
 def delete_clsact(ifindex: int) -> None:
+    """Remove the clsact qdisc, and with it every filter at both its hooks, in one change."""
+    kill_points.step()
     with Netlink(socket.NETLINK_ROUTE) as nl:
         payload = _tcmsg(ifindex, CLSACT_HANDLE, TC_H_CLSACT) + nl_attr(TCA_KIND, b"clsact\0")
         nl.request(RTM_DELQDISC, 0, payload, f"delete clsact qdisc (ifindex {ifindex})")
@@ -162,12 +166,14 @@ def attach(
         + nl_attr(TCA_OPTIONS | NLA_F_NESTED, options)
     )
     flags = NLM_F_CREATE | (NLM_F_REPLACE if replace else NLM_F_EXCL)
+    kill_points.step()
     what = f"{'replace' if replace else 'add'} cls_bpf filter (ifindex {ifindex}, tc {hook}, priority {priority})"
     with Netlink(socket.NETLINK_ROUTE) as nl:
         nl.request(RTM_NEWTFILTER, flags, payload, what)
 
 
 def detach(ifindex: int, priority: int, handle: int = HANDLE, hook: str = "ingress") -> None:
+    kill_points.step()
     payload = _tcmsg(ifindex, handle, HOOK_PARENTS[hook], priority) + nl_attr(TCA_KIND, b"bpf\0")
     what = f"delete cls_bpf filter (ifindex {ifindex}, tc {hook}, priority {priority})"
     with Netlink(socket.NETLINK_ROUTE) as nl:

@@ -575,6 +575,7 @@ def xdp_query(ifindex: int) -> XdpState:
 
 def xdp_attach_netlink(ifindex: int, prog_fd: int, mode: str) -> None:
     """Attach without a link (how iproute2 and most tools attach); used only to give back a taken-over program."""
+    kill_points.step()
     opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts))
     _check(
         f"bpf_xdp_attach(ifindex {ifindex}, {mode})", lib().bpf_xdp_attach(ifindex, prog_fd, XDP_MODE_FLAGS[mode], opts)
@@ -583,6 +584,7 @@ def xdp_attach_netlink(ifindex: int, prog_fd: int, mode: str) -> None:
 
 def xdp_detach_netlink(ifindex: int, mode: str) -> None:
     """Detach a program attached through netlink; fails with EBUSY when a bpf_link owns the attachment."""
+    kill_points.step()
     opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts))
     _check(f"bpf_xdp_detach(ifindex {ifindex}, {mode})", lib().bpf_xdp_detach(ifindex, XDP_MODE_FLAGS[mode], opts))
 

@@ -212,8 +212,31 @@ def tc_filter_place(priority: int, handle: int, clsact_created: bool) -> dict:
     return {"priority": priority, "handle": handle, "clsact_created": clsact_created}
 
 
+# A record of intent's key: the cls_bpf filters the change being applied removes (interface -> {"tc_filter": its
+# place}). A filter has no pin, so once the record no longer names an interface nothing else could find its filter.
+DETACHING = "detaching"
+
+
 def recorded_tc_filter(record: dict, ifname: str) -> dict | None:
-    return ((record.get("interfaces") or {}).get(ifname) or {}).get("tc_filter")
+    """The place of the instance's cls_bpf filter on an interface, from its entry or, while it is being removed, from
+    DETACHING."""
+    for key in ("interfaces", DETACHING):
+        place = ((record.get(key) or {}).get(ifname) or {}).get("tc_filter")
+        if place:
+            return place
+    return None
+
+
+def detaching_record(plan: Plan) -> dict:
+    """The part of a record of intent that names the cls_bpf filters the plan removes (those detached, and those
+    that a tcx link replaces), so that a run killed before it removed one leaves a record from which a re-run
+    removes it; {} when there is none. The settled record, written once they are gone, does without it."""
+    places = {
+        s.ifname: {"tc_filter": s.running.tc_filter}
+        for s in plan.steps
+        if s.running and s.running.tc_filter and (s.action == "detach" or (s.action == "reattach" and not s.tc_filter))
+    }
+    return {DETACHING: places} if places else {}
 
 
 def read_rodata(prog_fd: int) -> bytes:
@@ -316,6 +339,7 @@ def recorded_attachments(paths: InstancePaths) -> list[tuple[str, str]]:
         found.add((ifname, hook_of(record.get("mode", "native"))))
         if record.get("tc_program"):
             found.add((ifname, HOOK_TC))
+    found.update((ifname, HOOK_TC) for ifname in record.get(DETACHING, {}))
     return sorted(found)
 
 
@@ -822,11 +846,16 @@ def compiled_instance(
 
 
 def remove_filter(ifindex: int, place: dict) -> None:
-    """Remove our cls_bpf filter at its place, and the clsact qdisc with it when the instance created that and no
-    filter is left on it (at ingress or egress)."""
-    cls_bpf.detach(ifindex, place["priority"], place["handle"])
-    if place["clsact_created"] and not any(cls_bpf.filters(ifindex, hook) for hook in cls_bpf.HOOK_PARENTS):
+    """Remove our cls_bpf filter at its place; where the instance created the clsact qdisc and ours is its only
+    filter (at ingress or egress), the qdisc instead, which takes the filter with it: one change, so a run killed in
+    between cannot leave an empty qdisc that no record names."""
+    alone = [(f.priority, f.handle) for hook in cls_bpf.HOOK_PARENTS for f in cls_bpf.filters(ifindex, hook)] == [
+        (place["priority"], place["handle"])
+    ]
+    if place["clsact_created"] and alone:
         cls_bpf.delete_clsact(ifindex)
+    else:
+        cls_bpf.detach(ifindex, place["priority"], place["handle"])
 
 
 def detach(paths: InstancePaths, ifname: str, running: Running | None, hook: str = HOOK_XDP) -> None:
@@ -991,7 +1020,7 @@ def converge(
         plan = instance.plan(interfaces, replace_foreign)
         record = state_record(instance, interfaces, source, object_path, build)
         unfinished = None
-        with recording(paths, record, check_mode) as recorded:
+        with recording(paths, {**record, **detaching_record(plan)}, check_mode, record) as recorded:
             if plan.changed and not check_mode:
                 try:
                     instance.apply(plan)  # a failed attach is rolled back (XdpProgramError), and the record with it

@@ -4,7 +4,9 @@
 
 step() is called just before each change that outlives the process: a map entry written or removed
 (libbpf.Map.update, delete and their batch forms), a pin made or removed, a link created, updated or detached, an
-interface's promiscuous flag set, a record file replaced or removed (files.replace_durably, remove_durably). With
+XDP program attached or detached through netlink, a clsact qdisc or a cls_bpf filter added, replaced or removed
+(cls_bpf.py), an interface's promiscuous flag set, a record file replaced or removed (files.replace_durably,
+remove_durably). With
 XDPFLEET_TEST_KILL_AT unset (every real run) step() returns at once. tests/kernel/test_vtep_crash_consistency.py sets
 XDPFLEET_TEST_KILL_AT=<n> in a module's child process, which then SIGKILLs itself at the n-th step, the changes
 before it made and the n-th not: every boundary of an update is a place a crash can really happen, found without

@@ -122,7 +122,7 @@ def deploy(
         record = xp.state_record(instance, interfaces, source, object_path, {"include_dirs": include_dirs})
         record["filter"] = {"rules": rule_items, "hook": hook, "unparsed": unparsed}
         try:
-            with xp.recording(paths, record, check_mode) as recorded:
+            with xp.recording(paths, {**record, **xp.detaching_record(attach_plan)}, check_mode, record) as recorded:
                 if not check_mode:
                     writer.apply(maps, update)
                     if attach_plan.changed:

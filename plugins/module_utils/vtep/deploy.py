@@ -225,12 +225,11 @@ def deploy(
         if backend == "tc":
             record["tc_source"] = tc_source
         port_flags = promisc.plan(xp.load_state(paths), config, header)
-        # The record first (of intent: it still names the ports this change lets go), the maps and links after, the
-        # settled record last (see xp.recording).
+        # The record first (of intent: it still names the ports this change lets go and the cls_bpf filters it
+        # removes), the maps and links after, the settled record last (see xp.recording).
         record = {**record, "vtep": document}
-        recording = xp.recording(
-            paths, {**record, **port_flags.intent_record()}, check_mode, {**record, **port_flags.record()}
-        )
+        intent = {**record, **port_flags.intent_record(), **xp.detaching_record(attach_plan)}
+        recording = xp.recording(paths, intent, check_mode, {**record, **port_flags.record()})
         try:
             with recording as recorded, writer.update(maps, egress, config, ports, peer_macs, not check_mode) as done:
                 changed = attach_plan.changed or not done.diff.empty or port_flags.changed
