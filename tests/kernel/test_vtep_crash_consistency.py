@@ -60,10 +60,10 @@ class Variant:
 
 
 VARIANTS = {
-    "xdp-native": Variant("xdp", "native", None, 5),
-    "xdp-generic": Variant("xdp", "generic", None, 3),
-    "tc-tcx": Variant("tc", "native", xp.TC_ATTACH_TCX, 3),
-    "tc-cls_bpf": Variant("tc", "native", xp.TC_ATTACH_CLS_BPF, 3),
+    "xdp-native": Variant("xdp", "native", None, 4),
+    "xdp-generic": Variant("xdp", "generic", None, 2),
+    "tc-tcx": Variant("tc", "native", xp.TC_ATTACH_TCX, 2),
+    "tc-cls_bpf": Variant("tc", "native", xp.TC_ATTACH_CLS_BPF, 2),
 }
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces, bpffs and XDP need root")
