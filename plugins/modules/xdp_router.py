@@ -28,13 +28,13 @@ description:
     never forwarded in XDP and go to the kernel, counted C(pass_special_addr). That is 0.0.0.0/8, 127.0.0.0/8,
     169.254.0.0/16, 224.0.0.0/4 and 255.255.255.255, and ::, ::1, fe80::/10 and ff00::/8, as source or
     destination.
-  - An IPv4 frame from one of the host's own addresses goes to the kernel too, counted C(pass_local_source): the
-    kernel drops such a frame instead of forwarding it (unless C(accept_local) is on). Before an IPv4 frame is
+  - An IPv4 frame from one of the host's own addresses goes to the kernel too, counted C(pass_local_source), because
+    the kernel drops such a frame instead of forwarding it (unless C(accept_local) is on). Before an IPv4 frame is
     forwarded in XDP, its source is looked up in the FIB the other way round (one more C(bpf_fib_lookup) per
     forwarded frame), so an address added after the deploy counts at once. That lookup also sends to the kernel a
     frame whose source the FIB has no route back to, or is a local broadcast address; the kernel forwards those as
-    it would without XDP. IPv6 is not checked: the kernel forwards an IPv6 frame from one of its own addresses, as
-    the router does.
+    it would without XDP. IPv6 is not checked, since the kernel forwards an IPv6 frame from one of its own addresses
+    just as the router does.
   - The kernel must forward on every port (C(net.ipv4.conf.<port>.forwarding), and for IPv6
     C(net.ipv6.conf.<port>.forwarding) unless IPv6 is disabled on the port). The FIB lookup answers "forwarding
     disabled" otherwise, and the router would hand every frame to a kernel that does not forward it either. Such
