@@ -97,12 +97,12 @@ options:
         description: Management address (in O(mgmt_subnet), not its first address); sshd listens here.
         type: str
         required: true
-      forwarding:
-        description: Enable IPv4 and IPv6 forwarding in the host's namespace.
+      forwarding: &namespace_forwarding
+        description: Enable IPv4 and IPv6 forwarding in the node's namespace.
         type: bool
         default: false
-      routes:
-        description: Static routes in the host's namespace.
+      routes: &namespace_routes
+        description: Static routes in the node's namespace.
         type: list
         elements: dict
         default: []
@@ -126,24 +126,8 @@ options:
         description: Endpoint name; its namespace is C(<prefix>-<name>).
         type: str
         required: true
-      forwarding:
-        description: Enable IPv4 and IPv6 forwarding in the endpoint's namespace.
-        type: bool
-        default: false
-      routes:
-        description: Static routes in the endpoint's namespace.
-        type: list
-        elements: dict
-        default: []
-        suboptions:
-          to:
-            description: Destination network, or V(default).
-            type: str
-            default: default
-          via:
-            description: Gateway address.
-            type: str
-            required: true
+      forwarding: *namespace_forwarding
+      routes: *namespace_routes
   links:
     description:
       - veth pairs between nodes (hosts or endpoints). Addresses must lie in 198.51.100.0/24 or 2001:db8::/32;
