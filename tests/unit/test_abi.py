@@ -18,7 +18,7 @@ sys.path.insert(0, str(REPO / "collection"))
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import abi as vtep_abi
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts as vtep_layouts

@@ -24,7 +24,7 @@ import textwrap
 from dataclasses import dataclass
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf, LayoutMismatch
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf, LayoutMismatch
 
 ANCHOR_SECTION = ".xdpfleet_abi"
 LINE_WIDTH = 120
