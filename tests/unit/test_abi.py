@@ -1,6 +1,6 @@
-"""One source for each C/Python interface: a data plane's numbers are declared in plugins/module_utils/<plane>/abi.py,
-its committed C header is what that declaration renders, and the objects compiled from its C carry the same numbers
-in their BTF, which the map layouts check before a load.
+"""One source for each C/Python interface: a data plane's numbers are declared in plugins/module_utils/<plane>/abi.py
+and its map keys and values in layouts.py, its committed C header is what those declarations render, and the objects
+compiled from its C carry the same numbers and structs in their BTF, which the map layouts check before a load.
 
 No root and no kernel: clang compiles, and libbpf only opens the objects (reading their BTF needs no load).
 """
@@ -19,11 +19,12 @@ sys.path.insert(0, str(REPO / "collection"))
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import layouts as tg_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import abi as vtep_abi
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts as vtep_layouts
 
-ABIS = {found.name: found for found in abi.collection_abis(str(REPO))}
+HEADERS = {found.abi.name: found for found in abi.collection_headers(str(REPO))}
+ABIS = {name: header.abi for name, header in HEADERS.items()}
 
 
 def compile_in(tree: Path, source: str, cache: Path) -> str:
@@ -42,11 +43,11 @@ def test_every_data_plane_with_shared_numbers_declares_them():
         assert (REPO / declared.source).is_file(), declared.source
 
 
-@pytest.mark.parametrize("name", sorted(ABIS))
+@pytest.mark.parametrize("name", sorted(HEADERS))
 def test_the_committed_header_is_what_python_renders(name):
-    declared = ABIS[name]
-    assert (REPO / declared.header).read_text() == declared.render(), (
-        f"{declared.header} differs from {declared.source}: run `make abi`"
+    declared = HEADERS[name]
+    assert (REPO / declared.path).read_text() == declared.render(), (
+        f"{declared.path} differs from {declared.abi.source} and {declared.layouts}: run `make abi`"
     )
 
 
@@ -87,7 +88,7 @@ def edited_tree(tmp_path: Path, header: str, edits: dict[str, str]) -> Path:
     ("source", "layout", "first", "second", "numbers"),
     [
         ("bpf/vtep/vtep_xdp.c", vtep_layouts.LAYOUTS["port_stats"], "DROP_MTU", "DROP_NO_PEER", (9, 10)),
-        ("bpf/trafficgen/sender.c", tg.SENDER_LAYOUTS["tg_entries"], "TG_DIFF_U16", "TG_DIFF_U32", (2, 4)),
+        ("bpf/trafficgen/sender.c", tg_layouts.SENDER_LAYOUTS["tg_entries"], "TG_DIFF_U16", "TG_DIFF_U32", (2, 4)),
     ],
     ids=["vtep", "trafficgen"],
 )
@@ -102,7 +103,7 @@ def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
     tree = edited_tree(
         tmp_path, header, {f"\t{first} = {a},": f"\t{first} = {b},", f"\t{second} = {b},": f"\t{second} = {a},"}
     )
-    assert (tree / header).read_text() != layout.abi.render()
+    assert (tree / header).read_text() != HEADERS[layout.abi.name].render()
     with libbpf.BpfObject(compile_in(tree, source, cache)) as obj, pytest.raises(abi.AbiMismatch) as caught:
         layout.check_object(obj)
     enum = next(e.name for e in layout.abi.enums if first in e.values())
@@ -121,14 +122,15 @@ def test_a_python_declaration_out_of_step_with_the_object_fails(cache):
         members=(members["PORT_NONE"], ("PORT_TRUNK", 1, ""), ("PORT_ACCESS", 2, ""), members["PORT_TUNNEL"]),
     )
     grown = dataclasses.replace(vtep_abi.LIMITS, members=(*vtep_abi.LIMITS.members, ("VTEP_MAX_TRUNKS", 64, "")))
-    changed = dataclasses.replace(vtep_abi.ABI, enums=(reordered, grown))
+    others = tuple(e for e in vtep_abi.ABI.enums if e not in (vtep_abi.PORT_KIND, vtep_abi.LIMITS))
+    changed = dataclasses.replace(vtep_abi.ABI, enums=(reordered, grown, *others))
     with libbpf.BpfObject(path) as obj:
         assert changed.problems(Btf(obj.btf)) == [
             "enum port_kind: PORT_TRUNK is 1 in Python, 2 in the object",
             "enum port_kind: PORT_ACCESS is 2 in Python, 1 in the object",
             "enum vtep_limits: VTEP_MAX_TRUNKS only in Python",
         ]
-    assert changed.render() != (REPO / vtep_abi.ABI.header).read_text()
+    assert dataclasses.replace(HEADERS["vtep"], abi=changed).render() != (REPO / vtep_abi.ABI.header).read_text()
 
 
 def test_an_object_without_the_header_is_refused(cache):
@@ -168,9 +170,9 @@ def test_enum_declarations_are_checked():
     assert abi.Enum("e", "", (("E_B", 1, ""), ("E_A", 0, ""))).labels("E_") == {0: "a", 1: "b"}
 
 
-@pytest.mark.parametrize("name", sorted(ABIS))
+@pytest.mark.parametrize("name", sorted(HEADERS))
 def test_generated_headers_keep_to_the_line_width(name):
-    for line in ABIS[name].render().splitlines():
+    for line in HEADERS[name].render().splitlines():
         assert len(line.expandtabs(8)) <= abi.LINE_WIDTH, line
 
 
