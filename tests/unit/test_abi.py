@@ -7,6 +7,7 @@ No root and no kernel: clang compiles, and libbpf only opens the objects (readin
 
 import ctypes
 import dataclasses
+import importlib
 import shutil
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ sys.path.insert(0, str(REPO / "collection"))
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf, LayoutMismatch
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import layouts as tg_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import abi as vtep_abi
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts as vtep_layouts
@@ -50,6 +52,26 @@ def test_the_committed_header_is_what_python_renders(name):
     assert (REPO / declared.path).read_text() == declared.render(), (
         f"{declared.path} differs from {declared.abi.source} and {declared.layouts}: run `make abi`"
     )
+
+
+@pytest.mark.parametrize("name", sorted(HEADERS))
+def test_every_struct_of_a_map_is_generated(name):
+    """Each map's key and value struct, of every layout the plane's layouts.py declares, is in its header (and with
+    it every struct it holds: rendering refuses one that is not declared before)."""
+    declared = HEADERS[name]
+    module = importlib.import_module(
+        "ansible_collections.xdpfleet.fabric." + declared.layouts.removesuffix(".py").replace("/", ".")
+    )
+    layouts = [
+        item
+        for value in vars(module).values()
+        if isinstance(value, (dict, tuple))
+        for item in (value.values() if isinstance(value, dict) else value)
+        if isinstance(item, MapLayout)
+    ]
+    assert layouts
+    structs = {t for layout in layouts for t in (layout.key, layout.value) if issubclass(t, ctypes.Structure)}
+    assert structs <= set(declared.structs), sorted(t.__name__ for t in structs - set(declared.structs))
 
 
 def test_every_generated_header_has_its_declaration():
@@ -171,9 +193,11 @@ VTEP_HEADER = "bpf/vtep/vtep_abi.h"
             "bpf/vtep/vtep_tc.c",
             VTEP_HEADER,
             vtep_layouts.LAYOUTS["fdb"],
-            {"\t__u8 mac[6];\n\t__u16 pad;\n};\n_Static_assert(sizeof(struct fdb_key)": (
-                "\t__u8 mac[6];\n\t__u8 pad[2];\n};\n_Static_assert(sizeof(struct fdb_key)"
-            )},
+            {
+                "\t__u8 mac[6];\n\t__u16 pad;\n};\n_Static_assert(sizeof(struct fdb_key)": (
+                    "\t__u8 mac[6];\n\t__u8 pad[2];\n};\n_Static_assert(sizeof(struct fdb_key)"
+                )
+            },
             "key.pad: an integer in Python, array in the object's BTF",
         ),
         (

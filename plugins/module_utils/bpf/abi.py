@@ -127,6 +127,8 @@ def _comment(text: str, indent: str) -> list[str]:
 
 # --- Structs ----------------------------------------------------------------------------------------------------
 
+# The integers of map layouts, by C's names for them.
+U8, U16, U32, U64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
 _C_INTEGERS = {
     ctypes.c_uint8: "__u8",
     ctypes.c_uint16: "__u16",
@@ -256,7 +258,6 @@ class Abi:
 
     def check_object(self, obj: libbpf.BpfObject) -> None:
         self.check(Btf(obj.btf))
-
 
 
 @dataclass(frozen=True)

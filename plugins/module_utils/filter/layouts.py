@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import U8, U16, U32, U64, Field
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter.abi import (
     ABI,
@@ -17,8 +18,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter.abi import 
 )
 
 ADDR_WORDS = 4  # an IPv6 address in 32-bit words; IPv4 is word 0, the rest zero (filter.h: FILTER_ADDR_WORDS)
-U8, U16, U32, U64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
-Field = abi.Field
 
 
 @abi.c_struct("filter_rule")

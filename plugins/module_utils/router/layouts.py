@@ -21,7 +21,7 @@ STATS = "router_stats"  # per-CPU array indexed by enum router_verdict
 class RouterCounter(ctypes.Structure):
     """router_stats[verdict], per CPU: the frames and bytes of each verdict."""
 
-    _members_ = (abi.Field("packets", ctypes.c_uint64), abi.Field("bytes", ctypes.c_uint64))
+    _members_ = (abi.Field("packets", abi.U64), abi.Field("bytes", abi.U64))
 
 
 HEADER = abi.Header(ABI, "plugins/module_utils/router/layouts.py", (RouterCounter,))

@@ -9,11 +9,9 @@ from __future__ import annotations
 import ctypes
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import U8, U16, U32, U64, Field
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.abi import ABI, TG_DIFFS_MAX, TG_HEADER_MAX
-
-U8, U16, U32, U64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
-Field = abi.Field
 
 
 @abi.c_struct("tg_base")

@@ -13,6 +13,7 @@ import ctypes
 import socket
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import U8, U16, U32, U64, Field
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
     ABI,
@@ -23,9 +24,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import (
 )
 
 # --- Key and value layouts --------------------------------------------------------------------------------------
-
-U8, U16, U32, U64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
-Field = abi.Field
 
 
 @abi.c_struct("port_config")
