@@ -26,6 +26,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build a
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap, set_rodata
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import layouts as tg_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.echo import echo_constants
 
@@ -130,7 +131,7 @@ def packets(counter: TypedMap) -> int:
 def echo(tmp_path_factory):
     obj = compile_object("echo.c", str(tmp_path_factory.mktemp("bpfcache")))
     with obj:
-        for layout in tg.ECHO_LAYOUTS:
+        for layout in tg_layouts.ECHO_LAYOUTS:
             layout.check_object(obj)
         set_rodata(obj, echo_constants(HOST_MAC, PORTS, (*HOST_V4, *HOST_V6)))
         obj.load()
@@ -139,7 +140,7 @@ def echo(tmp_path_factory):
 
 def test_fuzz_echo(echo):
     fuzz = fz.Run("echo")
-    prog_fd, counter = echo.program("xdp_echo").fd, TypedMap(echo.map("echo_counters"), tg.ECHO_LAYOUTS[0])
+    prog_fd, counter = echo.program("xdp_echo").fd, TypedMap(echo.map("echo_counters"), tg_layouts.ECHO_LAYOUTS[0])
     with fz.one_cpu():  # BPF_PROG_TEST_RUN runs on the calling CPU: its counter is the one that moves
         count = packets(counter)
         for index in range(fz.FRAMES):

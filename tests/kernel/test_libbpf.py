@@ -429,7 +429,7 @@ def counted_object(tmp_path, declared: abi.Abi, name: str) -> str:
     src = tmp_path / name / "counted.c"
     src.parent.mkdir()
     src.write_text(COUNTED_C)
-    (src.parent / declared.header).write_text(declared.render())
+    (src.parent / declared.header).write_text(abi.Header(declared, declared.source, ()).render())
     return bpf_build.compile_object(str(src), str(tmp_path / "cache"))[0]
 
 

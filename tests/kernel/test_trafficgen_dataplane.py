@@ -15,6 +15,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap, set_rodata
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import XDP_PASS, xdp_return_program
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import layouts as tg_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender as tg_sender
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.echo import echo_constants
@@ -52,7 +53,7 @@ class Pair:
     def start_echo(self, template: pt.Expanded, mode: str = "native") -> None:
         self.stop_echo()
         self.echo_obj = libbpf.BpfObject(compile_source("echo.c", self.cache_dir))
-        for layout in tg.ECHO_LAYOUTS:
+        for layout in tg_layouts.ECHO_LAYOUTS:
             layout.check_object(self.echo_obj)
         set_rodata(self.echo_obj, echo_constants(self.echo_mac, template.udp_dst_ports, template.dst_addresses))
         self.echo_obj.load()
@@ -70,7 +71,7 @@ class Pair:
         os.close(prog)
 
     def echoed(self) -> int:
-        values = TypedMap(self.echo_obj.map("echo_counters"), tg.ECHO_LAYOUTS[0]).get(0)
+        values = TypedMap(self.echo_obj.map("echo_counters"), tg_layouts.ECHO_LAYOUTS[0]).get(0)
         return sum(v.packets for v in values)
 
     def stop_echo(self) -> None:

@@ -15,7 +15,7 @@ sys.path.insert(0, str(REPO / "collection"))
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.program import compatible
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vtep_deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts

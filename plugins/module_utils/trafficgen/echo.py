@@ -14,6 +14,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout imp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import layouts as tg_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import needs
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.sender import compile_source
@@ -27,7 +28,7 @@ def read_counters(paths: xp.InstancePaths) -> dict | None:
     """Frames and bytes echoed since the echo server was attached; None when it is not."""
     try:
         with libbpf.PinnedMap(paths.map_pin("echo_counters")) as pinned:
-            values = TypedMap(pinned, tg.ECHO_LAYOUTS[0]).get(0) or []
+            values = TypedMap(pinned, tg_layouts.ECHO_LAYOUTS[0]).get(0) or []
     except libbpf.LibbpfError:
         return None
     return {"packets": sum(v.packets for v in values), "bytes": sum(v.bytes for v in values)}
@@ -123,7 +124,7 @@ def present(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
         [ifname],
         os.path.join(p["src_dir"], "trafficgen", "echo.c"),
         build={"include_dirs": [os.path.join(p["src_dir"], "include")], "defines": {}},
-        layouts=tg.ECHO_LAYOUTS,
+        layouts=tg_layouts.ECHO_LAYOUTS,
         check_mode=check_mode,
     )
     return {**result, **done.changes(f"echo {paths.name}").result(), "counters": read_counters(paths)}
