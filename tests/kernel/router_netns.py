@@ -74,7 +74,8 @@ class RouterNetns:
                 self.exec(node, "ip", "addr", "add", v4[index], "dev", ifname)
                 self.exec(node, "ip", "addr", "add", v6[index], "dev", ifname, "nodad")
                 self.exec(node, "ip", "link", "set", ifname, "up")
-            # A veth takes redirected frames only with NAPI on at the receiving end (DESIGN.md): GRO, as the lab.
+            # A veth takes redirected frames only with NAPI on at the receiving end (the kernel's drivers/net/veth.c,
+            # veth_xdp_xmit); GRO turns NAPI on without an XDP program there (Linux 5.13 and later), as in the lab.
             self.exec(endpoint, "ethtool", "-K", "eth0", "gro", "on")
             self.exec(endpoint, "ip", "route", "add", "198.51.100.64/26", "via", addr(v4[0]))
             self.exec(endpoint, "ip", "-6", "route", "add", "2001:db8:64::/48", "via", addr(v6[0]))

@@ -258,7 +258,8 @@ def run_each(filt: Filter, hook: str, frames: dict) -> dict:
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
 def test_a_syn_behind_up_to_8_extension_headers_meets_its_rule(fresh, hook):
-    """Issue 25: with 5 or more Destination Options headers the SYN passed, counted no_rule."""
+    """A SYN behind 0 to 8 Destination Options headers (RFC 8200 section 4.6) meets its rule; with 5 or more it once
+    passed, counted no_rule."""
     fresh.set_rules(SSH)
     got = run_each(fresh, hook, {n: behind_destination_options(n) for n in range(9)})
     assert got == {n: (VERDICTS[hook]["drop"], {"ssh": 1}) for n in range(9)}
@@ -409,7 +410,8 @@ def jumbo_veth():
 
 @pytest.mark.parametrize("hook", ["tc", "tc-cls_bpf"])
 def test_at_tc_headers_past_the_linear_part_are_pulled_in_and_what_stays_out_is_unparsed(jumbo_veth, fresh, hook):
-    """Issue 25: at tc the filter pulled 128 bytes, so a longer header chain passed its rule, counted no_rule."""
+    """At tc the filter once pulled only 128 bytes into the linear part, so a longer header chain passed its rule,
+    counted no_rule."""
     fresh.set_rules(SSH)
     pad = 5000
     reachable = [behind_destination_options(n, payload=pad) for n in range(9)]

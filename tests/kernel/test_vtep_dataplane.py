@@ -65,7 +65,7 @@ def config(peers_100=PEERS_100) -> VtepConfig:
         vnis=(
             Vni(100, access("a1", "a2"), (), peers(peers_100) + peers([SECOND_UPLINK_PEER], via="ul2")),
             Vni(200, access("a3"), (), peers(PEERS_200)),
-            # seed 000's VLAN handling: the tag travels inside the tunnelled frame
+            # vlan_mode preserve: the tag travels inside the tunnelled frame
             Vni(110, (), (TrunkBinding("tr", 10),), peers(PEERS_100[:1]), vlan_mode="preserve"),
             Vni(210, (), (TrunkBinding("tr", 20),), (), vlan_mode="preserve"),
         ),
@@ -150,7 +150,7 @@ def drops(lab, port: str) -> dict:
         ("ul2", vxlan(200, PEERS_200[0], frame("vni200 on ul2"), dst="198.51.100.2"), "not_admitted"),
         ("ul", vxlan(100, PEERS_100[0], frame("no I flag"), flags=0), "malformed"),
         ("ul", vxlan(100, PEERS_100[0], b"")[:-4], "malformed"),
-        # not decapsulated where the kernel would not take the datagram for its own as it is (issue 13)
+        # not decapsulated where the kernel would not take the datagram for its own as it is
         pytest.param(
             "ul", vxlan(100, PEERS_100[0], frame("x"), mac="02:00:00:00:cc:01"), "other_host", id="another-hosts-mac"
         ),
