@@ -92,10 +92,10 @@ FRAMES = [
 
 
 @pytest.fixture(scope="module")
-def object_path(tmp_path_factory) -> str:
+def object_path(bpf_cache) -> str:
     path, _ = bpf_build.compile_object(
         str(REPO / "bpf" / "filter" / "filter.c"),
-        str(tmp_path_factory.mktemp("bpfcache")),
+        bpf_cache,
         [str(REPO / "bpf" / "include")],
     )
     return path

@@ -272,14 +272,10 @@ class Counters:
 
 
 @pytest.fixture(scope="module")
-def vtep(tmp_path_factory):
-    lab = VtepNetns.create(f"{os.environ.get('XDPFLEET_TEST_LAB_PREFIX', 'xt')}fv-{os.getpid()}", PORTS)
-    try:
-        lab.load("native", str(tmp_path_factory.mktemp("bpfcache")))
-        lab.configure(CONFIG)
+def vtep(bpf_cache):
+    name = f"{os.environ.get('XDPFLEET_TEST_LAB_PREFIX', 'xt')}fv-{os.getpid()}"
+    with VtepNetns.loaded(name, PORTS, bpf_cache, CONFIG) as lab:
         yield lab
-    finally:
-        lab.close()
 
 
 def check_out(

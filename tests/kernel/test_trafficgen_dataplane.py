@@ -115,8 +115,8 @@ class Pair:
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    p = Pair(f"xg-{os.getpid()}", str(tmp_path_factory.mktemp("bpfcache")))
+def pair(bpf_cache):
+    p = Pair(f"xg-{os.getpid()}", bpf_cache)
     try:
         yield p
     finally:

@@ -73,15 +73,10 @@ def config(peers_100=PEERS_100) -> VtepConfig:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    lab = VtepNetns.create(f"{LAB_PREFIX}v-{os.getpid()}", {"a1": 1500, "a2": 1500, "a3": 1500, "tr": 1500, "ul": 1600,
-                                                  "ul2": 1600}, UNDERLAY_MACS)  # fmt: skip
-    try:
-        lab.load("native", str(tmp_path_factory.mktemp("bpfcache")))
-        lab.configure(config())
+def lab(bpf_cache):
+    ports = {"a1": 1500, "a2": 1500, "a3": 1500, "tr": 1500, "ul": 1600, "ul2": 1600}
+    with VtepNetns.loaded(f"{LAB_PREFIX}v-{os.getpid()}", ports, bpf_cache, config(), UNDERLAY_MACS) as lab:
         yield lab
-    finally:
-        lab.close()
 
 
 @pytest.fixture(params=ATTACHMENTS, ids=ATTACHMENT_IDS)

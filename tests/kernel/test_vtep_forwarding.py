@@ -72,14 +72,10 @@ def config(aging: int = 300, vni100_access=("a1", "a2")) -> VtepConfig:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    lab = VtepNetns.create(f"{LAB_PREFIX}vf-{os.getpid()}", PORTS, {"ul": UNDERLAY_MAC})
-    try:
-        lab.load("native", str(tmp_path_factory.mktemp("bpfcache")), fdb_size=FDB_SIZE)
-        lab.configure(config())
+def lab(bpf_cache):
+    name = f"{LAB_PREFIX}vf-{os.getpid()}"
+    with VtepNetns.loaded(name, PORTS, bpf_cache, config(), {"ul": UNDERLAY_MAC}, fdb_size=FDB_SIZE) as lab:
         yield lab
-    finally:
-        lab.close()
 
 
 def attached(lab, backend: str, tc_attach: str | None = None):

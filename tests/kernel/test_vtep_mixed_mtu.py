@@ -54,14 +54,9 @@ def config() -> VtepConfig:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    lab = VtepNetns.create(f"{LAB_PREFIX}mm-{os.getpid()}", PORTS, TUNNEL_MACS)
-    try:
-        lab.load("native", str(tmp_path_factory.mktemp("bpfcache")))
-        lab.configure(config())
+def lab(bpf_cache):
+    with VtepNetns.loaded(f"{LAB_PREFIX}mm-{os.getpid()}", PORTS, bpf_cache, config(), TUNNEL_MACS) as lab:
         yield lab
-    finally:
-        lab.close()
 
 
 def broadcast(size: int) -> bytes:

@@ -145,6 +145,28 @@ class VtepNetns:
                 lab.taps[port] = Tap(f"{port}p", sock)
         return lab
 
+    @classmethod
+    @contextlib.contextmanager
+    def loaded(
+        cls,
+        name: str,
+        port_mtus: dict[str, int],
+        cache_dir: str,
+        config: VtepConfig | None = None,
+        macs: dict[str, str] | None = None,
+        fdb_size: int | None = None,
+    ):
+        """The namespace of create(), the data plane loaded in native XDP mode (and configured to `config`) for the
+        block, removed after it."""
+        lab = cls.create(name, port_mtus, macs)
+        try:
+            lab.load("native", cache_dir, fdb_size=fdb_size)
+            if config is not None:
+                lab.configure(config)
+            yield lab
+        finally:
+            lab.close()
+
     def load(self, mode: str, cache_dir: str, fdb_size: int | None = None) -> None:
         """Compile and load the data plane, both objects on one set of maps (its learned FDB sized as a document's
         fdb_size would), and attach the backend's programs (the XDP backend's, unless attach() says otherwise) to

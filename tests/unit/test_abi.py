@@ -26,14 +26,9 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layout
 ABIS = {found.name: found for found in abi.collection_abis(str(REPO))}
 
 
-def compile_in(tree: Path, source: str, cache: Path) -> str:
-    path, _ = bpf_build.compile_object(str(tree / source), str(cache), [str(tree / "bpf" / "include")])
+def compile_in(tree: Path, source: str, bpf_cache: str) -> str:
+    path, _ = bpf_build.compile_object(str(tree / source), bpf_cache, [str(tree / "bpf" / "include")])
     return path
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("bpfcache")
 
 
 def test_every_data_plane_with_shared_numbers_declares_them():
@@ -62,11 +57,11 @@ def objects_of(declared: abi.Abi) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(ABIS))
-def test_compiled_objects_carry_the_python_numbers_in_their_btf(name, cache):
+def test_compiled_objects_carry_the_python_numbers_in_their_btf(name, bpf_cache):
     declared = ABIS[name]
     assert objects_of(declared)
     for source in objects_of(declared):
-        with libbpf.BpfObject(compile_in(REPO, source, cache)) as obj:
+        with libbpf.BpfObject(compile_in(REPO, source, bpf_cache)) as obj:
             declared.check_object(obj)
             assert set(abi.declared_enums(Btf(obj.btf))) == {enum.name for enum in declared.enums}, source
 
@@ -92,7 +87,7 @@ def edited_tree(tmp_path: Path, header: str, edits: dict[str, str]) -> Path:
     ids=["vtep", "trafficgen"],
 )
 def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
-    tmp_path, cache, source, layout, first, second, numbers
+    tmp_path, bpf_cache, source, layout, first, second, numbers
 ):
     """A header edited by hand (or an object from another version) numbers two members the other way round: the
     layout check that runs before every load refuses the object, naming both, where the data plane would otherwise
@@ -103,7 +98,7 @@ def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
         tmp_path, header, {f"\t{first} = {a},": f"\t{first} = {b},", f"\t{second} = {b},": f"\t{second} = {a},"}
     )
     assert (tree / header).read_text() != layout.abi.render()
-    with libbpf.BpfObject(compile_in(tree, source, cache)) as obj, pytest.raises(abi.AbiMismatch) as caught:
+    with libbpf.BpfObject(compile_in(tree, source, bpf_cache)) as obj, pytest.raises(abi.AbiMismatch) as caught:
         layout.check_object(obj)
     enum = next(e.name for e in layout.abi.enums if first in e.values())
     assert str(caught.value) == (
@@ -113,8 +108,8 @@ def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
     )
 
 
-def test_a_python_declaration_out_of_step_with_the_object_fails(cache):
-    path = compile_in(REPO, "bpf/vtep/vtep_xdp.c", cache)
+def test_a_python_declaration_out_of_step_with_the_object_fails(bpf_cache):
+    path = compile_in(REPO, "bpf/vtep/vtep_xdp.c", bpf_cache)
     members = {m[0]: m for m in vtep_abi.PORT_KIND.members}
     reordered = dataclasses.replace(
         vtep_abi.PORT_KIND,
@@ -131,8 +126,8 @@ def test_a_python_declaration_out_of_step_with_the_object_fails(cache):
     assert changed.render() != (REPO / vtep_abi.ABI.header).read_text()
 
 
-def test_an_object_without_the_header_is_refused(cache):
-    path = compile_in(REPO, "bpf/counter/counter.c", cache)
+def test_an_object_without_the_header_is_refused(bpf_cache):
+    path = compile_in(REPO, "bpf/counter/counter.c", bpf_cache)
     with libbpf.BpfObject(path) as obj:
         assert vtep_abi.ABI.problems(Btf(obj.btf)) == [
             "it declares no enums (no section .xdpfleet_abi): it was not built with bpf/vtep/vtep_abi.h"
@@ -174,13 +169,13 @@ def test_generated_headers_keep_to_the_line_width(name):
         assert len(line.expandtabs(8)) <= abi.LINE_WIDTH, line
 
 
-def test_counter_is_read_by_the_names_its_btf_gives(cache):
+def test_counter_is_read_by_the_names_its_btf_gives(bpf_cache):
     """The counter shares no numbers with Python: bpf_map_info decodes its map by BTF and set_rodata finds its
     knob by name. What the xdp_counter role names must therefore be in the object's BTF."""
     tasks = REPO / "roles" / "xdp_counter" / "tasks"
     read = yaml.safe_load((tasks / "read.yml").read_text())[0]["xdpfleet.fabric.bpf_map_info"]
     attach = yaml.safe_load((tasks / "main.yml").read_text())[0]["xdpfleet.fabric.xdp_program"]
-    with libbpf.BpfObject(compile_in(REPO, "bpf/counter/counter.c", cache)) as obj:
+    with libbpf.BpfObject(compile_in(REPO, "bpf/counter/counter.c", bpf_cache)) as obj:
         btf = Btf(obj.btf)
         counters = obj.map(read["map"])
         fields = [name for name, *_ in btf.struct_members(counters.btf_value_type_id)]

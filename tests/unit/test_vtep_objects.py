@@ -22,11 +22,10 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layout
 
 
 @pytest.fixture(scope="module")
-def objects(tmp_path_factory) -> dict[str, str]:
-    cache = tmp_path_factory.mktemp("bpfcache")
+def objects(bpf_cache) -> dict[str, str]:
     include = [str(REPO / "bpf" / "include")]
     return {
-        backend: bpf_build.compile_object(str(REPO / "bpf" / "vtep" / f"vtep_{backend}.c"), str(cache), include)[0]
+        backend: bpf_build.compile_object(str(REPO / "bpf" / "vtep" / f"vtep_{backend}.c"), bpf_cache, include)[0]
         for backend in ("xdp", "tc")
     }
 
