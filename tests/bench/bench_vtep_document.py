@@ -43,6 +43,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "collection"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from lablib import Lab

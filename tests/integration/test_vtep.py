@@ -16,14 +16,10 @@ import json
 import re
 import secrets
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from l2lib import BROADCAST, Capture, Port, Vlan, build_frame, bum_probe, mac, new_marker, ports, probe, send
 from lablib import printed_diff, split_promisc
 

@@ -5,15 +5,10 @@ The prefix is the test lab's (XDPFLEET_TEST_LAB_PREFIX, default xt), so that two
 
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
-
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import l2lib
+import pytest
 from l2lib import BROADCAST, Capture, Port, Vlan, build_frame, bum_probe, mac, new_marker, probe, send
 from scapy.layers.l2 import Dot1Q, Ether
 

@@ -8,14 +8,8 @@ trunk carries VID 10 -> VNI 110 and VID 20 -> VNI 210. Nothing here needs a kern
 import copy
 import itertools
 import re
-import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "collection"))
-
 from jsonschema import Draft202012Validator
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
