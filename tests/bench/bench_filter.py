@@ -44,11 +44,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collection"))
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "kernel"))
 sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 from bench_vtep import compile_bpf, ksoftirqd, napi_threads, nsx, print_table, runtime_ns, sh
-from vtep_netns import netns, port_facts
+from l2lib import netns
+from vtep_netns import port_facts
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import layouts, rules, writer

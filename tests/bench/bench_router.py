@@ -48,12 +48,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collection"))
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "kernel"))
 sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 from bench_vtep import compile_bpf, cpu_times, ksoftirqd, napi_threads, runtime_ns
+from l2lib import netns
 from router_netns import E1_V4, E2_V4, RouterNetns
-from vtep_netns import netns, port_facts
+from vtep_netns import port_facts
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp

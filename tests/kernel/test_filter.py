@@ -8,10 +8,11 @@ import socket
 from collections.abc import Callable
 
 import pytest
+from l2lib import Port, netns, packet_socket
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, PadN
 from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
-from vtep_netns import REPO, netns, sh
+from vtep_netns import REPO, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, libbpf
@@ -333,8 +334,7 @@ class Veth:
             sh("ip", "-n", self.ns, "link", "set", end, "mtu", str(mtu), "up")
         with netns(self.ns):
             self.rx_ifindex = socket.if_nametoindex("frx")
-            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-            self.sock.bind(("ftx", 0))
+        self.sock = packet_socket(Port(self.ns, "ftx"))  # sends; receives nothing
 
     def attach(self, filt: Filter, hook: str) -> Callable[[], None]:
         """The hook's program on rx: a bpf_link at native XDP or tcx ingress, or (hook "tc-cls_bpf") a cls_bpf filter

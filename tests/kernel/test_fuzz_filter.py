@@ -28,7 +28,6 @@ import ipaddress
 import json
 import os
 import random
-import socket
 import struct
 import subprocess
 import time
@@ -37,7 +36,8 @@ from dataclasses import dataclass
 
 import fuzzlib as fz
 import pytest
-from vtep_netns import REPO, netns, sh
+from l2lib import Port, packet_socket
+from vtep_netns import REPO, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
@@ -463,9 +463,7 @@ class NftLab:
         sh("ip", "-n", self.ns, "link", "add", "ftx", "type", "veth", "peer", "name", "frx")
         for end in ("ftx", "frx"):
             sh("ip", "-n", self.ns, "link", "set", end, "mtu", "9000", "up")
-        with netns(self.ns):
-            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-            self.sock.bind(("ftx", 0))
+        self.sock = packet_socket(Port(self.ns, "ftx"))  # sends; receives nothing
         self.names: list[str] = []
 
     def run(self, *argv: str, stdin: str | None = None) -> str:

@@ -31,8 +31,8 @@ import time
 
 import fuzzlib as fz
 import pytest
+from l2lib import netns
 from router_netns import E1_V4, E1_V6, E2_V4, E2_V6, INCLUDE_DIRS, SOURCE, RouterNetns
-from vtep_netns import netns
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf

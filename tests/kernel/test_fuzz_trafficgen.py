@@ -20,7 +20,8 @@ import struct
 
 import fuzzlib as fz
 import pytest
-from vtep_netns import REPO, netns, port_facts, sh
+from l2lib import netns
+from vtep_netns import REPO, port_facts, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf

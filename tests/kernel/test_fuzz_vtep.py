@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import fuzzlib as fz
 import pytest
-from vtep_netns import VtepNetns, netns, with_vlan_tag
+from l2lib import PACKET_OUTGOING, netns, receive
+from vtep_netns import VtepNetns
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
@@ -385,11 +386,11 @@ def collect(lab: VtepNetns) -> list[tuple[str, bytes]]:
     for name, tap in lab.taps.items():
         while True:
             try:
-                data, ancillary, _, address = tap.sock.recvmsg(65535, 64)
+                frame, pkttype = receive(tap.sock)
             except BlockingIOError:
                 break
-            if address[2] != 4:  # PACKET_OUTGOING
-                copies.append((name, with_vlan_tag(data, ancillary)))
+            if pkttype != PACKET_OUTGOING:
+                copies.append((name, frame))
     return copies
 
 

@@ -6,19 +6,19 @@ what the instances' own readers (vtep_info's, xdp_filter's, bpf_map_info's) read
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import l2lib
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
-from vtep_netns import ETH_P_ALL, netns, sh
+from vtep_netns import sh
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTION = REPO / "collection"
@@ -99,12 +99,7 @@ class Host:
         return subprocess.run(["ip", "netns", "exec", self.netns, *argv], capture_output=True, text=True, check=False)
 
     def send(self, ifname: str, frames: list[bytes]) -> None:
-        with netns(self.netns):
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        with sock:
-            sock.bind((ifname, 0))
-            for frame in frames:
-                sock.send(frame)
+        l2lib.send(self.netns, ifname, frames)
 
 
 @pytest.fixture

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 from conftest import LAB_PREFIX
+from l2lib import netns
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
-from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns, netns, port_facts, sh
+from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns, port_facts, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf

@@ -26,7 +26,8 @@ import sys
 
 import pytest
 from conftest import LAB_PREFIX
-from vtep_netns import REPO, VtepNetns, netns, sh
+from l2lib import netns
+from vtep_netns import REPO, VtepNetns, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, writer
