@@ -19,14 +19,13 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
-from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns, port_facts, sh
+from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns, access, peer_mac, peers, port_facts, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, writer
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     AccessPort,
-    Peer,
     TrunkBinding,
     TunnelPort,
     Vni,
@@ -48,23 +47,11 @@ UNDERLAY_MACS = {"ul": "02:00:00:00:bb:01", "ul2": "02:00:00:00:bb:02"}
 HOST_MAC = "02:00:00:00:aa:01"
 
 
-def peer_mac(ip: str) -> str:
-    return f"02:00:00:00:00:{int(ip.split('.')[-1]):02x}"
-
-
-def peers(ips, via="ul"):
-    return tuple(Peer(ip, via, peer_mac(ip)) for ip in sorted(ips))
-
-
-def access(*names):
-    return tuple(AccessPort(name) for name in names)
-
-
 def config(peers_100=PEERS_100) -> VtepConfig:
     return VtepConfig(
         tunnel_ports=(TunnelPort("ul", LOCAL_IP), TunnelPort("ul2", "198.51.100.2")),
         vnis=(
-            Vni(100, access("a1", "a2"), (), peers(peers_100) + peers([SECOND_UPLINK_PEER], via="ul2")),
+            Vni(100, access("a1", "a2"), (), peers(sorted(peers_100)) + peers([SECOND_UPLINK_PEER], via="ul2")),
             Vni(200, access("a3"), (), peers(PEERS_200)),
             # vlan_mode preserve: the tag travels inside the tunnelled frame
             Vni(110, (), (TrunkBinding("tr", 10),), peers(PEERS_100[:1]), vlan_mode="preserve"),

@@ -16,7 +16,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
-from vtep_netns import VtepNetns
+from vtep_netns import VtepNetns, peer_mac
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     AccessPort,
@@ -33,10 +33,6 @@ LOCAL_IPS = {"ul": "198.51.100.1", "ul2": "198.51.100.2"}
 TUNNEL_MACS = {"ul": "02:00:00:00:bb:01", "ul2": "02:00:00:00:bb:02"}
 PEERS = {"198.51.100.10": "ul", "198.51.100.11": "ul", "198.51.100.20": "ul2"}  # two copies into ul, one into ul2
 SOURCE = "02:00:00:00:5c:01"
-
-
-def peer_mac(ip: str) -> str:
-    return f"02:00:00:00:00:{int(ip.split('.')[-1]):02x}"
 
 
 def config() -> VtepConfig:

@@ -23,7 +23,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build a
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, writer
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import AccessPort, Peer, VtepConfig
 
 REPO = Path(__file__).resolve().parents[2]
 SIOCGIFMTU = 0x8921
@@ -32,6 +32,20 @@ SIOCGIFHWADDR = 0x8927
 # tc program attached each way the collection attaches one (tcx, and cls_bpf where a kernel has no tcx).
 ATTACHMENTS = [("xdp", None), ("tc", xp.TC_ATTACH_TCX), ("tc", xp.TC_ATTACH_CLS_BPF)]
 ATTACHMENT_IDS = ["xdp", "tc-tcx", "tc-cls_bpf"]
+
+
+def peer_mac(ip: str) -> str:
+    """The MAC the tests give the next hop to a peer VTEP: 02:00:00:00:00 and the last byte of its address."""
+    return f"02:00:00:00:00:{int(ip.split('.')[-1]):02x}"
+
+
+def peers(ips, via: str = "ul") -> tuple[Peer, ...]:
+    """Peer VTEPs at `ips`, in that order, behind tunnel port `via`, each next hop's MAC its peer_mac()."""
+    return tuple(Peer(ip, via, peer_mac(ip)) for ip in ips)
+
+
+def access(*names: str) -> tuple[AccessPort, ...]:
+    return tuple(AccessPort(name) for name in names)
 
 
 def sh(*argv: str) -> None:
