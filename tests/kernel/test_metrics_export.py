@@ -103,14 +103,11 @@ class Host:
 
 
 @pytest.fixture
-def host(tmp_path):
+def host(tmp_path, bpffs):
     """A namespace with two veth pairs: acc100 and ul are the VTEP's ports, acc100p and ulp their far ends (ulp also
     runs the counter and the filter); a bpffs of the test's own for the pins."""
     name = f"{PREFIX}-met-{os.getpid()}"
-    bpffs = tmp_path / "bpffs"
-    bpffs.mkdir()
     sh("ip", "netns", "add", name)
-    sh("mount", "-t", "bpf", "bpf", str(bpffs))
     try:
         sh("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
         for port, mtu in (("acc100", "1500"), ("ul", "1600")):
@@ -120,7 +117,6 @@ def host(tmp_path):
                 sh("ip", "-n", name, "link", "set", end, "up")
         yield Host(name, tmp_path, bpffs)
     finally:
-        subprocess.run(["umount", str(bpffs)], check=False)
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 

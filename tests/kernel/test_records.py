@@ -61,20 +61,16 @@ STEP = textwrap.dedent(
 
 
 @pytest.fixture
-def host(tmp_path):
+def host(tmp_path, bpffs):
     """A network namespace with a veth, a bpffs for the pins, and the state, cache and pin paths of one host."""
     netns = f"{PREFIX}-rec-{os.getpid()}"
-    bpffs = tmp_path / "bpffs"
-    bpffs.mkdir()
     subprocess.run(["ip", "netns", "add", netns], check=True)
-    subprocess.run(["mount", "-t", "bpf", "bpf", str(bpffs)], check=True)
     try:
         subprocess.run(["ip", "-n", netns, "link", "add", "v0", "type", "veth", "peer", "name", "v1"], check=True)
         for dev in ("v0", "v1"):
             subprocess.run(["ip", "-n", netns, "link", "set", dev, "up"], check=True)
         yield Host(netns, tmp_path / "state", bpffs / "xdpfleet", tmp_path / "cache")
     finally:
-        subprocess.run(["umount", str(bpffs)], check=False)
         subprocess.run(["ip", "netns", "del", netns], check=False)
 
 
