@@ -8,6 +8,7 @@ import socket
 from collections.abc import Callable
 
 import pytest
+from conftest import LAB_PREFIX
 from l2lib import Port, netns, packet_socket
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, PadN
@@ -20,7 +21,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import layo
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="BPF and namespaces need root")
 
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 XDP_DROP, XDP_PASS = 1, 2
 TC_ACT_SHOT, TC_ACT_UNSPEC = 2, 0xFFFFFFFF  # prog_test_run reports the u32
 BPF_TCX_INGRESS = 46
@@ -327,7 +327,7 @@ class Veth:
     the filter runs (as skbs: veth hands a socket's frames to XDP through veth_xdp_rcv_skb)."""
 
     def __init__(self, kind: str = "flt", mtu: int = 1500):
-        self.ns = f"{PREFIX}-{kind}-{os.getpid()}"
+        self.ns = f"{LAB_PREFIX}-{kind}-{os.getpid()}"
         sh("ip", "netns", "add", self.ns)
         sh("ip", "-n", self.ns, "link", "add", "ftx", "type", "veth", "peer", "name", "frx")
         for end in ("ftx", "frx"):

@@ -20,6 +20,7 @@ import struct
 
 import fuzzlib as fz
 import pytest
+from conftest import LAB_PREFIX
 from l2lib import netns
 from vtep_netns import REPO, port_facts, sh
 
@@ -193,7 +194,7 @@ def test_the_echo_answers_only_its_own_hosts_udp(echo, what, frame):
 @pytest.fixture(scope="module")
 def sender(bpf_cache):
     """A loaded sender with the imix template (3 bases, 16 flows) on a veth in a namespace of its own."""
-    ns = f"{os.environ.get('XDPFLEET_TEST_LAB_PREFIX', 'xt')}fg-{os.getpid()}"
+    ns = f"{LAB_PREFIX}fg-{os.getpid()}"
     sh("ip", "netns", "add", ns)
     try:
         sh("ip", "-n", ns, "link", "add", "tgs", "type", "veth", "peer", "name", "tge")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import fuzzlib as fz
 import pytest
+from conftest import LAB_PREFIX
 from l2lib import PACKET_OUTGOING, netns, receive
 from vtep_netns import VtepNetns, peer_mac, peers
 
@@ -265,7 +266,7 @@ class Counters:
 
 @pytest.fixture(scope="module")
 def vtep(bpf_cache):
-    name = f"{os.environ.get('XDPFLEET_TEST_LAB_PREFIX', 'xt')}fv-{os.getpid()}"
+    name = f"{LAB_PREFIX}fv-{os.getpid()}"
     with VtepNetns.loaded(name, PORTS, bpf_cache, CONFIG) as lab:
         yield lab
 

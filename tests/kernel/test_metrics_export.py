@@ -13,6 +13,7 @@ from pathlib import Path
 
 import l2lib
 import pytest
+from conftest import LAB_PREFIX
 from prometheus_client.parser import text_string_to_metric_families
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -24,7 +25,6 @@ REPO = Path(__file__).resolve().parents[2]
 COLLECTION = REPO / "collection"
 ENTRY_POINT = REPO / "roles" / "prometheus_textfile" / "files" / "xdpfleet-metrics"
 OTHER_COUNTERS_C = Path(__file__).parent / "bpf" / "other_counters.c"
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 LOCAL_IP, PEER, STRANGER = "198.51.100.201", "198.51.100.202", "198.51.100.209"
 PEER_MAC = "02:00:00:00:02:02"
 FRAMES = 7
@@ -106,7 +106,7 @@ class Host:
 def host(tmp_path, bpffs):
     """A namespace with two veth pairs: acc100 and ul are the VTEP's ports, acc100p and ulp their far ends (ulp also
     runs the counter and the filter); a bpffs of the test's own for the pins."""
-    name = f"{PREFIX}-met-{os.getpid()}"
+    name = f"{LAB_PREFIX}-met-{os.getpid()}"
     sh("ip", "netns", "add", name)
     try:
         sh("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
