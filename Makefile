@@ -218,7 +218,7 @@ bench-trafficgen: deps
 bench-filter: deps
 	$(BIN)/python $(CURDIR)/tests/bench/bench_filter.py $(BENCH_ARGS)
 
-# xdp-tools' xdp-forward as the reference, when XDPFLEET_XDP_FORWARD names one built outside the project (DESIGN.md).
+# xdp-tools' xdp-forward as the reference, when XDPFLEET_XDP_FORWARD names one built outside the project (tests/bench/README.md).
 bench-router: deps
 	$(BIN)/python $(CURDIR)/tests/bench/bench_router.py $(BENCH_ARGS)
 

@@ -32,7 +32,6 @@ CALLBACK_DIR = REPO / "tests" / "callback_plugins"
 LAB_PLAYBOOK = REPO / "playbooks" / "lab.yml"
 DEFAULT_INVENTORY = REPO / "inventories" / "lab"
 
-sys.path.insert(0, str(REPO / "collection"))
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import lab as labutil
 
 

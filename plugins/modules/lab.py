@@ -172,9 +172,9 @@ notes:
     hosts) and a rebuild is the only way to be sure no earlier state leaks into a test.
   - Lab hosts share the machine's file system outside O(private_dirs), so the controller's Python works on them.
 seealso:
-  - name: The lab (DESIGN.md)
-    description: The network-namespace lab and the facts it is built on.
-    link: https://example.invalid/xdpfleet/DESIGN.md
+  - name: ip-netns(8)
+    description: The network namespaces each lab host is.
+    link: https://man7.org/linux/man-pages/man8/ip-netns.8.html
 """
 
 EXAMPLES = r"""

@@ -110,7 +110,7 @@ options:
     description:
       - How flooded frames are replicated. C(xdp) with devmap broadcast and a devmap egress program per copy, all in
         XDP.
-      - C(tc) as seed 000's XDP + TC comparison does. The same XDP program classifies, admits, decapsulates and learns,
+      - C(tc) replicates at tc ingress (XDP + TC). The same XDP program classifies, admits, decapsulates and learns,
         then passes each frame with a command in its metadata to a second program at tc ingress of the port (an
         object of its own, I(tc_source); the notes say how it is attached). That program sends known unicast on, and
         floods with C(bpf_clone_redirect) - the local copies first, then the Outer added once and rewritten for each
@@ -176,7 +176,7 @@ EXAMPLES = r"""
           peers:
             - {ip: 198.51.100.130, via: uplink0, mac: "02:00:00:00:01:30"}
 
-- name: Configure the VTEP with static MACs, a short aging time, and seed 000's VLAN handling for VNI 200
+- name: Configure the VTEP with static MACs, a short aging time, and VLAN tags kept in the tunnelled frame in VNI 200
   xdpfleet.fabric.vtep:
     config:
       fdb_aging: 60

@@ -40,8 +40,8 @@ HITS = bl.MapLayout("hits", ctypes.c_uint32, ctypes.c_uint64)
 
 
 @pytest.fixture(scope="module")
-def fixture_object(tmp_path_factory):
-    path, _ = bpf_build.compile_object(str(FIXTURE_C), str(tmp_path_factory.mktemp("bpfcache")))
+def fixture_object(bpf_cache):
+    path, _ = bpf_build.compile_object(str(FIXTURE_C), bpf_cache)
     return path
 
 

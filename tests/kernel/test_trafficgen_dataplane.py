@@ -5,10 +5,11 @@ import os
 import socket
 
 import pytest
+from l2lib import PACKET_OUTGOING, Port, netns, receive, receiving_socket
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
-from vtep_netns import PACKET_AUXDATA, REPO, SOL_PACKET, netns, port_facts, sh, with_vlan_tag
+from vtep_netns import REPO, port_facts, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
@@ -23,7 +24,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.echo im
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and XDP need root")
 
 SENDER, ECHO = "tgs", "tge"
-ETH_P_ALL = 0x0003
 
 
 def compile_source(name: str, cache_dir: str) -> str:
@@ -91,22 +91,18 @@ class Pair:
             return sender.run(**kwargs)
 
     def capture(self, sender: tg.Sender, count: int) -> list[bytes]:
-        with netns(self.ns):
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-            sock.bind((ECHO, 0))
-            sock.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE: the whole burst
-            sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
+        sock = receiving_socket(Port(self.ns, ECHO), 16 << 20, force=True)  # the whole burst
         sock.settimeout(0.5)
         try:
             self.run(sender, count=count)
             frames = []
             while True:
                 try:
-                    data, ancillary, _, address = sock.recvmsg(65535, socket.CMSG_SPACE(32))
+                    frame, pkttype = receive(sock)  # as on the wire
                 except TimeoutError:
                     return frames
-                if address[2] != socket.PACKET_OUTGOING:
-                    frames.append(with_vlan_tag(data, ancillary))  # as on the wire
+                if pkttype != PACKET_OUTGOING:
+                    frames.append(frame)
         finally:
             sock.close()
 
@@ -116,8 +112,8 @@ class Pair:
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    p = Pair(f"xg-{os.getpid()}", str(tmp_path_factory.mktemp("bpfcache")))
+def pair(bpf_cache):
+    p = Pair(f"xg-{os.getpid()}", bpf_cache)
     try:
         yield p
     finally:

@@ -9,14 +9,12 @@ import ctypes
 import dataclasses
 import importlib
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "collection"))
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
@@ -30,14 +28,9 @@ HEADERS = {found.abi.name: found for found in abi.collection_headers(str(REPO))}
 ABIS = {name: header.abi for name, header in HEADERS.items()}
 
 
-def compile_in(tree: Path, source: str, cache: Path) -> str:
-    path, _ = bpf_build.compile_object(str(tree / source), str(cache), [str(tree / "bpf" / "include")])
+def compile_in(tree: Path, source: str, bpf_cache: str) -> str:
+    path, _ = bpf_build.compile_object(str(tree / source), bpf_cache, [str(tree / "bpf" / "include")])
     return path
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("bpfcache")
 
 
 def test_every_data_plane_with_shared_numbers_declares_them():
@@ -86,11 +79,11 @@ def objects_of(declared: abi.Abi) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(ABIS))
-def test_compiled_objects_carry_the_python_numbers_in_their_btf(name, cache):
+def test_compiled_objects_carry_the_python_numbers_in_their_btf(name, bpf_cache):
     declared = ABIS[name]
     assert objects_of(declared)
     for source in objects_of(declared):
-        with libbpf.BpfObject(compile_in(REPO, source, cache)) as obj:
+        with libbpf.BpfObject(compile_in(REPO, source, bpf_cache)) as obj:
             declared.check_object(obj)
             assert set(abi.declared_enums(Btf(obj.btf))) == {enum.name for enum in declared.enums}, source
 
@@ -116,7 +109,7 @@ def edited_tree(tmp_path: Path, header: str, edits: dict[str, str]) -> Path:
     ids=["vtep", "trafficgen"],
 )
 def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
-    tmp_path, cache, source, layout, first, second, numbers
+    tmp_path, bpf_cache, source, layout, first, second, numbers
 ):
     """A header edited by hand (or an object from another version) numbers two members the other way round: the
     layout check that runs before every load refuses the object, naming both, where the data plane would otherwise
@@ -127,7 +120,7 @@ def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
         tmp_path, header, {f"\t{first} = {a},": f"\t{first} = {b},", f"\t{second} = {b},": f"\t{second} = {a},"}
     )
     assert (tree / header).read_text() != HEADERS[layout.abi.name].render()
-    with libbpf.BpfObject(compile_in(tree, source, cache)) as obj, pytest.raises(abi.AbiMismatch) as caught:
+    with libbpf.BpfObject(compile_in(tree, source, bpf_cache)) as obj, pytest.raises(abi.AbiMismatch) as caught:
         layout.check_object(obj)
     enum = next(e.name for e in layout.abi.enums if first in e.values())
     assert str(caught.value) == (
@@ -137,8 +130,8 @@ def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
     )
 
 
-def test_a_python_declaration_out_of_step_with_the_object_fails(cache):
-    path = compile_in(REPO, "bpf/vtep/vtep_xdp.c", cache)
+def test_a_python_declaration_out_of_step_with_the_object_fails(bpf_cache):
+    path = compile_in(REPO, "bpf/vtep/vtep_xdp.c", bpf_cache)
     members = {m[0]: m for m in vtep_abi.PORT_KIND.members}
     reordered = dataclasses.replace(
         vtep_abi.PORT_KIND,
@@ -211,22 +204,22 @@ VTEP_HEADER = "bpf/vtep/vtep_abi.h"
     ids=["reordered", "integer-to-array", "signedness"],
 )
 def test_a_c_struct_out_of_step_with_python_fails_before_the_load(
-    tmp_path, cache, source, header, layout, edits, problem
+    tmp_path, bpf_cache, source, header, layout, edits, problem
 ):
     """A generated struct edited by hand, in ways that keep its size (its _Static_assert holds and the object
     compiles): the layout check that runs before every load refuses the object, naming the map and the member."""
     tree = edited_tree(tmp_path, header, edits)
-    with libbpf.BpfObject(compile_in(tree, source, cache)) as obj, pytest.raises(LayoutMismatch) as caught:
+    with libbpf.BpfObject(compile_in(tree, source, bpf_cache)) as obj, pytest.raises(LayoutMismatch) as caught:
         layout.check_object(obj)
     assert str(caught.value) == f"map {layout.map_name}: layout differs from the BPF object: {problem}"
 
 
-def test_a_c_struct_of_another_size_does_not_compile(tmp_path, cache):
+def test_a_c_struct_of_another_size_does_not_compile(tmp_path, bpf_cache):
     """A hand edit that changes a generated struct's size stops at its _Static_assert, before any object exists."""
     edit = {"\t__u8 pad;\n\t__u8 name[": "\t__u16 pad;\n\t__u8 name["}
     tree = edited_tree(tmp_path, "bpf/filter/filter_abi.h", edit)
     with pytest.raises(bpf_build.CompileError, match="the size of FilterRule in Python"):
-        compile_in(tree, "bpf/filter/filter.c", cache)
+        compile_in(tree, "bpf/filter/filter.c", bpf_cache)
 
 
 def test_struct_declarations_are_checked():
@@ -257,8 +250,8 @@ def test_struct_declarations_are_checked():
         abi.Field("d", ctypes.c_double).c_declaration()
 
 
-def test_an_object_without_the_header_is_refused(cache):
-    path = compile_in(REPO, "bpf/counter/counter.c", cache)
+def test_an_object_without_the_header_is_refused(bpf_cache):
+    path = compile_in(REPO, "bpf/counter/counter.c", bpf_cache)
     with libbpf.BpfObject(path) as obj:
         assert vtep_abi.ABI.problems(Btf(obj.btf)) == [
             "it declares no enums (no section .xdpfleet_abi): it was not built with bpf/vtep/vtep_abi.h"
@@ -300,13 +293,13 @@ def test_generated_headers_keep_to_the_line_width(name):
         assert len(line.expandtabs(8)) <= abi.LINE_WIDTH, line
 
 
-def test_counter_is_read_by_the_names_its_btf_gives(cache):
+def test_counter_is_read_by_the_names_its_btf_gives(bpf_cache):
     """The counter shares no numbers with Python: bpf_map_info decodes its map by BTF and set_rodata finds its
     knob by name. What the xdp_counter role names must therefore be in the object's BTF."""
     tasks = REPO / "roles" / "xdp_counter" / "tasks"
     read = yaml.safe_load((tasks / "read.yml").read_text())[0]["xdpfleet.fabric.bpf_map_info"]
     attach = yaml.safe_load((tasks / "main.yml").read_text())[0]["xdpfleet.fabric.xdp_program"]
-    with libbpf.BpfObject(compile_in(REPO, "bpf/counter/counter.c", cache)) as obj:
+    with libbpf.BpfObject(compile_in(REPO, "bpf/counter/counter.c", bpf_cache)) as obj:
         btf = Btf(obj.btf)
         counters = obj.map(read["map"])
         fields = [name for name, *_ in btf.struct_members(counters.btf_value_type_id)]

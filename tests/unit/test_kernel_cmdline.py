@@ -5,12 +5,9 @@ reboot_required, and bad input. Fixture origins: tests/unit/fixtures/kernel_cmdl
 import difflib
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import kernel_cmdline as kc
 

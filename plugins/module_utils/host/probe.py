@@ -52,8 +52,8 @@ SKB_FED_DRIVERS = ("veth",)
 
 def xdp_before_skb(driver: str | None, mode: str, announces_basic: bool | None = None) -> dict:
     """Whether XDP in `mode` runs on frames from the wire before the kernel builds an skb, and why: the whole saving
-    of XDP over tc (seed 001). A pure function of the driver, the mode and whether the driver announces native XDP
-    (xdp_features "basic"; None where the kernel does not say).
+    of XDP over tc (Hoiland-Jorgensen et al., The eXpress Data Path, CoNEXT 2018). A pure function of the driver,
+    the mode and whether the driver announces native XDP (xdp_features "basic"; None where the kernel does not say).
 
     when: "always" (native XDP in a driver that runs it on the received buffer), "xdp_frames_only" (veth: frames
     redirected into it, sent with XDP_TX or as live frames arrive as XDP frames; frames a socket or the stack sends

@@ -296,7 +296,7 @@ MAP_NAMES = (*LAYOUTS, *GROUP_MAPS.values())
 # The object's programs. The XDP backend: the ingress program of each XDP mode (a flooded frame's short stamp travels
 # as metadata in native mode; generic mode's egress programs see no metadata, and take it from the CPU's record of
 # the frame) and the groups' egress program, which reads both. The TC backend
-# (seed 000's XDP + TC): one XDP ingress program for both modes, which hands forwarding to the tc ingress program.
+# (XDP + TC): one XDP ingress program for both modes, which hands forwarding to the tc ingress program.
 BACKENDS = ("xdp", "tc")
 INGRESS_PROGRAMS = {"native": "vtep_ingress", "generic": "vtep_ingress_generic"}
 EGRESS_PROGRAM = "vtep_egress"
