@@ -392,6 +392,16 @@ def test_a_record_for_another_target_must_be_restored_first(tmp_path):
         host.run(grub_variable="GRUB_CMDLINE_LINUX", present=["nosmt"])
 
 
+def test_a_corrupt_record_stops_the_module_naming_the_file_and_changes_nothing(tmp_path):
+    host = Host(tmp_path)
+    host.state_dir.mkdir()
+    (host.state_dir / kc.STATE_FILE).write_text('{"bootloader": "gr')
+    for state in ("present", "restore"):
+        with pytest.raises(kc.KernelCmdlineError, match=rf"^state_dir: the record {host.state_dir}/\S+ is corrupt"):
+            host.run(state=state, present=["iommu=pt"])
+    assert host.grub.read_bytes() == host.original
+
+
 # ------------------------------------------------------------------------------------------ grubby
 
 

@@ -186,6 +186,22 @@ def test_the_first_original_is_kept_and_restored():
     assert nt.plan(eth0, nt.restoration(record, "eth0")) == [], "the recorded values are what the NIC had"
 
 
+def test_a_record_round_trips_and_goes_when_no_interface_is_left(tmp_path):
+    state_dir = tmp_path / "state"
+    assert nt.load_record(str(state_dir)) == {"interfaces": {}}
+    record = {"interfaces": {"eth0": {"mtu": 1500}}}
+    nt.save_record(str(state_dir), record)
+    assert nt.load_record(str(state_dir)) == record
+    nt.save_record(str(state_dir), {"interfaces": {}})
+    assert not (state_dir / nt.STATE_NAME).exists()
+
+
+def test_a_corrupt_record_is_refused_naming_the_file(tmp_path):
+    (tmp_path / nt.STATE_NAME).write_text("{")
+    with pytest.raises(nt.TuningError, match=rf"^state_dir: the record {tmp_path}/{nt.STATE_NAME} is corrupt"):
+        nt.load_record(str(tmp_path))
+
+
 def test_the_report_shows_each_setting_before_and_after():
     done = Changes("nic_tuning")
     nt.report(done, "eth0", nt.plan(current("ice"), {"channels": {"combined": 16}, "mtu": 9000}))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import os
 import re
 import shlex
@@ -30,6 +29,8 @@ import subprocess
 import time
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import records
 
 try:
     from pyroute2 import IPRoute, NetNS, netns
@@ -522,18 +523,14 @@ def load_state(lab_dir: str) -> dict | None:
     if not os.path.lexists(lab_dir):
         return None
     check_lab_dir_owner(lab_dir)
-    text = _read(os.path.join(lab_dir, STATE_FILE))
     try:
-        return json.loads(text) if text else None
-    except ValueError:
-        return None
+        return records.Record(lab_dir, STATE_FILE, "lab_dir").load()
+    except records.RecordError:
+        return None  # as no record: `down` still finds what the lab made by its prefix
 
 
 def _save_state(lab_dir: str, state: dict) -> None:
-    tmp = os.path.join(lab_dir, STATE_FILE + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(state, fh, indent=2, sort_keys=True)
-    os.replace(tmp, os.path.join(lab_dir, STATE_FILE))
+    records.Record(lab_dir, STATE_FILE, "lab_dir").save(state)
 
 
 def _ns_inode(name: str) -> int | None:

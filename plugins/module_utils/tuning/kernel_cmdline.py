@@ -12,15 +12,12 @@ double quotes, as the kernel sees them (`foo="a b"` and `"foo=a b"` are the same
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import shutil
-import stat
-import tempfile
 from dataclasses import dataclass, field
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import changes, files
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import changes, files, records
 
 PROC_CMDLINE = "/proc/cmdline"
 STATE_FILE = "kernel_cmdline.json"
@@ -317,26 +314,10 @@ def read_text(path: str) -> str:
         return f.read()
 
 
-def atomic_write(path: str, text: str) -> None:
-    """Write through a temporary file in the same directory and a rename, keeping an existing file's mode and
-    owner, so a reader (or a crash) sees the old content or the new, never a part."""
-    try:
-        old = os.stat(path)
-    except FileNotFoundError:
-        old = None
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(path) or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-            os.fchmod(f.fileno(), stat.S_IMODE(old.st_mode) if old else 0o644)
-            if old and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
-                os.fchown(f.fileno(), old.st_uid, old.st_gid)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+def write_text(path: str, text: str) -> None:
+    """Replace a file of the system's durably (a reader, or a crash, sees the old content or the new, never a part),
+    keeping its mode and owner; the bytes read_text() read come back as they were."""
+    files.replace_keeping_owner(path, text.encode("utf-8", "surrogateescape"))
 
 
 def which(name: str) -> str | None:
@@ -464,11 +445,11 @@ class GrubFile:
 
     def apply(self, plan: Plan, run_command) -> str:
         """Write, regenerate; the file as it is now."""
-        atomic_write(self.path, plan.after)
+        write_text(self.path, plan.after)
         for command in plan.commands:
             rc, _out, err = run_command([which(command[0]), *command[1:]])
             if rc:
-                atomic_write(self.path, self.text)
+                write_text(self.path, self.text)
                 raise KernelCmdlineError(
                     f"update_command: {' '.join(command)} exited {rc}: {err.strip()}; "
                     f"{self.path} was put back as it was"
@@ -578,21 +559,19 @@ class Grubby:
 # ------------------------------------------------------------------------------------------ the record
 
 
-def load_record(path: str) -> dict | None:
+def load_record(store: records.Record) -> dict | None:
     try:
-        return json.loads(read_text(path))
-    except FileNotFoundError:
-        return None
-    except ValueError as exc:
-        raise KernelCmdlineError(f"state_dir: {path} is not a kernel_cmdline record: {exc}") from None
+        return store.load()
+    except records.RecordError as exc:
+        raise KernelCmdlineError(str(exc)) from None
 
 
-def save_record(path: str, record: dict | None) -> None:
+def save_record(store: records.Record, record: dict | None) -> None:
     """Write the record durably, 0600 (its directory 0700), or remove it (None)."""
     if record is None:
-        files.remove_durably(path)
+        store.remove()
     else:
-        files.write_json(path, record)
+        store.save(record)
 
 
 def updated_record(record: dict | None, fresh: dict, added: list[str], removed: list[str]) -> dict | None:
@@ -627,12 +606,13 @@ def run(params: dict, check_mode: bool, run_command, cmdline_file: str = PROC_CM
     """Everything the module does; `run_command(argv) -> (rc, stdout, stderr)`. Raises KernelCmdlineError."""
     validate(params)
     running = Cmdline.parse(read_text(cmdline_file)).args
-    record_path = os.path.join(params["state_dir"], STATE_FILE)
+    store = records.Record(params["state_dir"], STATE_FILE)
+    record_path = store.path
     try:  # the record names the file restore writes and what it writes there
         files.check_trusted("state_dir", params["state_dir"])
     except files.UntrustedPath as exc:
         raise KernelCmdlineError(str(exc)) from None
-    record = load_record(record_path)
+    record = load_record(store)
     restoring = params["state"] == "restore"
     result = {
         "changed": False,
@@ -692,14 +672,14 @@ def run(params: dict, check_mode: bool, run_command, cmdline_file: str = PROC_CM
         # The record first: a change that is cut short (a kill, a full disk) is never one that restore cannot undo.
         if new_record != record:
             try:
-                save_record(record_path, new_record)
+                save_record(store, new_record)
             except OSError as exc:
                 raise KernelCmdlineError(f"state_dir: writing {record_path} failed, nothing changed: {exc}") from exc
         try:
             after = backend.apply(plan, run_command)
         except KernelCmdlineError:  # the bootloader configuration was put back: so is the record
             if new_record != record:
-                save_record(record_path, record)
+                save_record(store, record)
             raise
     configured = backend.configured(after)
     listed = list(configured.values()) if isinstance(configured, dict) else [configured]

@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, records
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.netdev import read_text
@@ -516,18 +516,17 @@ def check_state_dir(state_dir: str) -> None:
 
 def load_record(state_dir: str) -> dict:
     try:
-        with open(os.path.join(state_dir, STATE_NAME)) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return {"interfaces": {}}
+        return records.Record(state_dir, STATE_NAME).load() or {"interfaces": {}}
+    except records.RecordError as exc:
+        raise TuningError([str(exc)]) from None
 
 
 def save_record(state_dir: str, record: dict) -> None:
-    path = os.path.join(state_dir, STATE_NAME)
+    store = records.Record(state_dir, STATE_NAME)
     if not record["interfaces"]:
-        files.remove_durably(path)
+        store.remove()
         return
-    files.write_json(path, record)
+    store.save(record)
 
 
 def remember(record: dict, ifname: str, changes: list[Change]) -> None:

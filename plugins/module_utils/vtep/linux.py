@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import json
 import os
 import re
 import socket
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, records
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import management as host_management
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import BPF_EXIT, BPF_MOV64_IMM, bpf_insn
@@ -988,10 +987,6 @@ def report(host: HostState) -> dict[str, dict]:
     return dict(sorted(result.items(), key=lambda kv: int(kv[0])))
 
 
-def state_path(state_dir: str) -> str:
-    return os.path.join(state_dir, STATE_FILE)
-
-
 def check_state_dir(state_dir: str) -> None:
     try:
         files.check_trusted("state_dir", state_dir)
@@ -999,20 +994,15 @@ def check_state_dir(state_dir: str) -> None:
         raise LinuxVtepError([str(exc)]) from None
 
 
-def read_state(state_dir: str) -> dict:
+def record_devices(state_dir: str, vnis: dict) -> None:
+    """Keep the record of the devices made, rewritten whole when it differs (an unreadable one is replaced)."""
+    store = records.Record(state_dir, STATE_FILE)
     try:
-        with open(state_path(state_dir)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
-
-def write_state(state_dir: str, vnis: dict) -> None:
-    files.write_json(state_path(state_dir), {"version": 1, "vnis": vnis})
-
-
-def remove_state(state_dir: str) -> bool:
-    return files.remove_durably(state_path(state_dir))
+        held = store.load() or {}
+    except records.RecordError:
+        held = {}
+    if held.get("vnis") != vnis:
+        store.save({"version": 1, "vnis": vnis})
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -1058,10 +1048,8 @@ def deploy(ipr, document, state_dir: str, check_mode: bool, allow_management_por
         vnis = {str(d.vni): d.report() for d in desired}
     else:
         vnis = report(host)
-        record = {str(d.vni): d.record() for d in desired}
-        if read_state(state_dir).get("vnis") != record:
-            write_state(state_dir, record)
-    return {**changes(steps).result(), "vnis": vnis, "state_file": state_path(state_dir)}
+        record_devices(state_dir, {str(d.vni): d.record() for d in desired})
+    return {**changes(steps).result(), "vnis": vnis, "state_file": os.path.join(state_dir, STATE_FILE)}
 
 
 def remove(ipr, state_dir: str, check_mode: bool) -> dict:
@@ -1072,8 +1060,8 @@ def remove(ipr, state_dir: str, check_mode: bool) -> dict:
     if not check_mode:
         if steps:
             apply(ipr, steps)
-        remove_state(state_dir)
-    return {**changes(steps).result(), "vnis": {}, "state_file": state_path(state_dir)}
+        records.Record(state_dir, STATE_FILE).remove()
+    return {**changes(steps).result(), "vnis": {}, "state_file": os.path.join(state_dir, STATE_FILE)}
 
 
 def open_ipr():
