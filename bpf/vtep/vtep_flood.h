@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Flooding in ingress: the frame stamped (its Outer, or the short stamp) and broadcast through its VNI's group, the
- * copies that a member's device refuses for their length counted, or handed to the TC backend.
+ * copies that a member's device refuses for their length counted, or handed to the TC backend. It defines two global
+ * functions (vtep_copy_refused, vtep_count_lost_copies): vtep_xdp.c is the one object that includes it.
  */
 #ifndef XDPFLEET_VTEP_FLOOD_H
 #define XDPFLEET_VTEP_FLOOD_H
