@@ -279,21 +279,20 @@ import os
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import diff
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab import (
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab import HAS_PYROUTE2, describe, down, up
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab_spec import (
     ARGUMENT_SPEC,
-    HAS_PYROUTE2,
     LabError,
     check_lab_dir,
     check_prefix,
-    describe,
-    down,
+    normalize,
+    summary,
+)
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab_state import (
     existing,
     health,
     load_state,
     mgmt_clashes,
-    normalize,
-    summary,
-    up,
 )
 
 

@@ -50,7 +50,7 @@ class Record:
     def save(self, data: dict) -> None:
         """Replace the record with `data` durably, 0600, its directory made 0700 when missing. Raises OSError (a
         full disk: ENOSPC) with the old record untouched."""
-        files.write_private(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        files.write_json(self.path, data)
 
     def remove(self) -> bool:
         """Remove the record so that it stays gone after a crash; False when there was none."""

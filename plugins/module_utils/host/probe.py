@@ -26,6 +26,7 @@ import struct
 import time
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.insn import BPF_EXIT, BPF_MOV64_IMM, bpf_insn
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import mounts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 
@@ -73,15 +74,6 @@ def xdp_before_skb(driver: str | None, mode: str, announces_basic: bool | None =
 
 
 # ---- the programs ------------------------------------------------------------------------------------------
-
-
-def bpf_insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
-    """One struct bpf_insn (little-endian host): code, dst_reg:4 | src_reg:4, s16 off, s32 imm."""
-    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
-
-
-BPF_MOV64_IMM = 0x07 | 0xB0 | 0x00  # BPF_ALU64 | BPF_MOV | BPF_K
-BPF_EXIT = 0x05 | 0x90  # BPF_JMP | BPF_EXIT
 
 
 def xdp_return_program(action: int) -> bytes:
