@@ -1,7 +1,8 @@
-"""The fabric_report action: fabric.md and the picture's DOT source from the lab's fabric (a hand-made
-xdpfleet_fabric fact, tests/unit/fixtures/fabric/), with and without counters, with a linux VTEP, drops and gaps in
-a VNI's mesh; the SVG graphviz draws; the report without `dot`; bad input; and a playbook run on the controller that
-takes its input from the hosts' facts (no host is contacted, no root needed)."""
+"""The fabric report (plugins/module_utils/reports/fabric.py): fabric.md and the picture's DOT source from the
+lab's fabric (a hand-made xdpfleet_fabric fact, tests/unit/fixtures/fabric/), with and without counters, with a linux
+VTEP, drops and gaps in a VNI's mesh; the SVG graphviz draws; the report without `dot`; bad input; and a playbook run
+of the fabric_report action on the controller that takes its input from the hosts' facts (no host is contacted, no
+root needed)."""
 
 import json
 import re
@@ -17,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lablib import run_playbook
 
-from ansible_collections.xdpfleet.fabric.plugins.action import fabric_report
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.reports import fabric as fabric_report
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fabric"
 SVG = "{http://www.w3.org/2000/svg}"
