@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-# The documentation of the fabric_report action plugin (plugins/action/fabric_report.py), which does the work on
-# the controller: no module runs on a host.
+# The documentation of the fabric_report action plugin (plugins/action/fabric_report.py), which runs on the controller
+# (no module runs on a host); the report itself is built in plugins/module_utils/reports/fabric.py.
 
 DOCUMENTATION = r"""
 ---

@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-# The documentation of the perf_report action plugin (plugins/action/perf_report.py), which does the work on the
-# controller: no module runs on a host.
+# The documentation of the perf_report action plugin (plugins/action/perf_report.py), which runs on the controller
+# (no module runs on a host); the report itself is built in plugins/module_utils/reports/perf.py.
 
 DOCUMENTATION = r"""
 ---

@@ -1,7 +1,8 @@
-"""The fabric_report action: fabric.md and the picture's DOT source from the lab's fabric (a hand-made
-xdpfleet_fabric fact, tests/unit/fixtures/fabric/), with and without counters, with a linux VTEP, drops and gaps in
-a VNI's mesh; the SVG graphviz draws; the report without `dot`; bad input; and a playbook run on the controller that
-takes its input from the hosts' facts (no host is contacted, no root needed)."""
+"""The fabric report (plugins/module_utils/reports/fabric.py): fabric.md and the picture's DOT source from the
+lab's fabric (a hand-made xdpfleet_fabric fact, tests/unit/fixtures/fabric/), with and without counters, with a linux
+VTEP, drops and gaps in a VNI's mesh; the SVG graphviz draws; the report without `dot`; bad input; and a playbook run
+of the fabric_report action on the controller that takes its input from the hosts' facts (no host is contacted, no
+root needed)."""
 
 import json
 import re
@@ -10,9 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fabric_cases import lab_fleet
 from lablib import run_playbook
 
-from ansible_collections.xdpfleet.fabric.plugins.action import fabric_report
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.fabric import fleet
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.reports import fabric as fabric_report
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fabric"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -70,6 +73,18 @@ def test_markdown_lists_every_vtep_its_addresses_and_vnis():
     assert f"| a | xdp | derived from the model | {hub} | 100, 200 |" in vteps
     assert "| c | tc | derived from the model | 198.51.100.102 | 100, 200 |" in vteps
     assert "| l | linux | hand-written (vtep_config) | 198.51.100.110 | 100 |" in vteps
+
+
+def test_the_fact_the_fleet_check_writes_for_the_lab_is_what_the_report_reads():
+    group, hosts = lab_fleet()
+    fact = fleet.check(hosts, group["fabric_vnis"], group.get("fabric_mtu")).fact()
+    text = markdown(fact)
+    assert text.startswith("# lab fabric\n\n5 VTEPs, 2 VNIs.\n\n")
+    # l is derived from the model in the inventory (the fixture's l has a hand-written document).
+    assert "| l | linux | derived from the model | 198.51.100.110 | 100 |" in section(text, "## VTEPs")
+    assert text.replace("derived from the model | 198.51.100.110", "hand-written (vtep_config) | 198.51.100.110") == (
+        markdown()
+    )
 
 
 def test_markdown_shows_where_each_vni_is_served_and_its_full_mesh():

@@ -1,5 +1,6 @@
-"""The perf_report action: its rendering on a realistic sender result, its input checks, and a playbook run of it
-on the controller (no host is contacted, no root needed)."""
+"""The perf report (plugins/module_utils/reports/perf.py): its rendering on a realistic sender result, its input
+checks, the files written only where they differ (reports/files.py), and a playbook run of the perf_report action on
+the controller (no host is contacted, no root needed)."""
 
 import json
 import re
@@ -8,7 +9,8 @@ import matplotlib.image
 import pytest
 from lablib import run_playbook
 
-from ansible_collections.xdpfleet.fabric.plugins.action import perf_report
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.reports import perf as perf_report
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.reports.files import write_changed
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import Trial
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -278,13 +280,13 @@ def test_pairs_and_their_names():
 def test_write_changed_writes_what_differs_and_nothing_in_check_mode(tmp_path):
     dest = tmp_path / "reports" / "perf"
     files = build()
-    assert perf_report.write_changed(str(dest), files, check_mode=True) == [str(dest / name) for name in files]
+    assert write_changed(str(dest), files, check_mode=True) == [str(dest / name) for name in files]
     assert not dest.exists()
-    assert perf_report.write_changed(str(dest), files, check_mode=False) == [str(dest / name) for name in files]
+    assert write_changed(str(dest), files, check_mode=False) == [str(dest / name) for name in files]
     assert {path.name: path.read_bytes() for path in dest.iterdir()} == files
-    assert perf_report.write_changed(str(dest), files, check_mode=False) == []
+    assert write_changed(str(dest), files, check_mode=False) == []
     again = build(generated_at="2026-11-30T03:00:00+00:00")
-    assert perf_report.write_changed(str(dest), again, check_mode=True) == [str(dest / "perf.json")]
+    assert write_changed(str(dest), again, check_mode=True) == [str(dest / "perf.json")]
     assert (dest / "perf.json").read_bytes() == files["perf.json"]
 
 
