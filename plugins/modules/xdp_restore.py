@@ -95,19 +95,19 @@ instances:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NEIGHBOUR_TIMEOUT
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import modules
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records as hr
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "names": {"type": "list", "elements": "str"},
-            "neighbour_timeout": {"type": "float", "default": vd.NEIGHBOUR_TIMEOUT},
+            "neighbour_timeout": {"type": "float", "default": NEIGHBOUR_TIMEOUT},
             "retry_seconds": {"type": "float", "default": 0},
-            **xp.HOST_PATHS_ARGUMENT_SPEC,
+            **modules.HOST_PATHS_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )

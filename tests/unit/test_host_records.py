@@ -5,7 +5,7 @@ import json
 import subprocess
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records as hr
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator
 
 

@@ -39,12 +39,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.netlink imp
 PIN_ROOT = "/sys/fs/bpf/xdpfleet"
 STATE_DIR = "/var/lib/xdpfleet"
 CACHE_DIR = "/var/lib/xdpfleet/cache"
-# The options of doc fragment xdpfleet.fabric.host_paths, for the modules that keep programs on a host.
-HOST_PATHS_ARGUMENT_SPEC = {
-    "cache_dir": {"type": "path", "default": CACHE_DIR},
-    "pin_root": {"type": "path", "default": PIN_ROOT},
-    "state_dir": {"type": "path", "default": STATE_DIR},
-}
 # Map flags the kernel adds by itself, by map type: programs cannot write a devmap (DEVMAP, DEVMAP_HASH), so it
 # creates each with BPF_F_RDONLY_PROG, which the object does not declare (the kernel refuses it at creation).
 KERNEL_MAP_FLAGS = {
@@ -1077,16 +1071,3 @@ def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> C
     if had_record:
         removed.add(f"remove state file {paths.state_file}", before=f"state file {paths.state_file}")
     return removed
-
-
-def removal(module, paths: InstancePaths, label: str) -> dict:
-    """state=absent for a module that keeps an instance: remove it (or say what would go, in check mode) and return
-    changed, the steps taken (removed), and the diff; a failure fails the module naming the instance."""
-    try:
-        removed = remove(paths, module.check_mode, label)
-    except (libbpf.LibbpfError, OSError, XdpProgramError) as exc:
-        module.fail_json(msg=f"removing {label} {paths.name}: {exc}")
-    result = {"changed": removed.changed, "removed": removed.steps}
-    if removed.changed:
-        result["diff"] = removed.diff()
-    return result

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from typing import ClassVar
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features, libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout, TypedMap
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.dataplane.template import DataPlane, DataPlaneError
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import needs
@@ -23,14 +25,26 @@ def instance_paths(ifname: str, pin_root: str, state_dir: str) -> xp.InstancePat
     return xp.InstancePaths(f"tg-echo-{ifname}", pin_root, state_dir)
 
 
-def read_counters(paths: xp.InstancePaths) -> dict | None:
-    """Frames and bytes echoed since the echo server was attached; None when it is not."""
-    try:
-        with libbpf.PinnedMap(paths.map_pin("echo_counters")) as pinned:
-            values = TypedMap(pinned, tg.ECHO_LAYOUTS[0]).get(0) or []
-    except libbpf.LibbpfError:
-        return None
-    return {"packets": sum(v.packets for v in values), "bytes": sum(v.bytes for v in values)}
+class EchoError(DataPlaneError, tg.TrafficgenError):
+    """The echo server's counters cannot be read."""
+
+
+class EchoServer(DataPlane):
+    """The echo server as a data plane: its counters and its removal. Its deploy is present(), through
+    xp.converge: its state is the constants it was loaded with, no map it writes (docs/architecture.md)."""
+
+    name = "echo"
+    title = "echo server"
+    module = "trafficgen"
+    Error = EchoError
+    map_layouts: ClassVar[dict[str, MapLayout]] = {layout.map_name: layout for layout in tg.ECHO_LAYOUTS}
+    counter_maps = ("echo_counters",)
+
+    @classmethod
+    def counters(cls, maps: dict) -> dict:
+        """Frames and bytes echoed since the echo server was attached."""
+        values = TypedMap(maps["echo_counters"], cls.map_layouts["echo_counters"]).get(0) or []
+        return {"packets": sum(v.packets for v in values), "bytes": sum(v.bytes for v in values)}
 
 
 def echo_ports(ports: list[int] | None, template) -> tuple[int, int]:
@@ -96,7 +110,7 @@ def present(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
     environment, _warnings = tg.preflight(ifname, 1, sends=False)
     if not environment.get("mac"):
         raise tg.TrafficgenError(f"interface: {ifname} has no MAC address: the echo server answers frames to it")
-    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
+    if no_bpffs := xp.bpffs_problem(paths.pin_root):
         raise tg.TrafficgenError(no_bpffs)
     result = {
         "ports": [lo, hi],
@@ -126,4 +140,4 @@ def present(p: dict, check_mode: bool, build_dir: str | None = None) -> dict:
         layouts=tg.ECHO_LAYOUTS,
         check_mode=check_mode,
     )
-    return {**result, **done.changes(f"echo {paths.name}").result(), "counters": read_counters(paths)}
+    return {**result, **done.changes(f"echo {paths.name}").result(), "counters": EchoServer.read_counters(paths)}
