@@ -823,17 +823,21 @@ def compiled_instance(
     map_sizes: dict[str, int] | None = None,
     tc_program: str | None = None,
     tc_source: str | None = None,
+    constants: dict | None = None,
 ) -> tuple[str, Instance]:
     """A data plane's source compiled (through the cache; into build_dir on a miss in check mode) and loaded as the
     instance's desired state: the start of every data plane's deploy. Returns the object's path and the Instance.
     tc_source: the source of tc_program when it has an object of its own (Instance's tc_object_path).
+    constants: the object's .rodata constants (Instance's).
     Raises XdpProgramError with the compiler's or the verifier's message; nothing on the host changed."""
     try:
         object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
         tc_object_path = None
         if tc_source:
             tc_object_path, _built = bpf_build.compile_object(tc_source, cache_dir, include_dirs, build_dir=build_dir)
-        instance = Instance(paths, object_path, program, mode, {}, layouts, map_sizes, tc_program, tc_object_path)
+        instance = Instance(
+            paths, object_path, program, mode, constants or {}, layouts, map_sizes, tc_program, tc_object_path
+        )
     except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
         raise XdpProgramError(str(exc)) from exc
     return object_path, instance

@@ -153,6 +153,11 @@ class DataPlane:
         """The data plane's part of the module result: its facts, and what else its module returns."""
         return {"ansible_facts": {f"xdpfleet_{self.name}": self.facts(instance, attach_plan, planned)}}
 
+    def without_sources(self) -> dict | None:
+        """In check mode where the source is not on the host: the result to return instead of refusing; None
+        refuses (the compile says why)."""
+        return None
+
     @classmethod
     def counters(cls, maps: dict[str, libbpf.Map]) -> dict:
         """The counters, from the maps (pinned or of a loaded object) named in counter_maps."""
@@ -181,6 +186,10 @@ class DataPlane:
             raise self.Error(f"this kernel cannot run {self.what}, nothing was changed: {exc}", exc.problems) from exc
         if no_bpffs := xp.bpffs_problem(self.paths.pin_root):
             raise self.Error(no_bpffs)
+        if self.check_mode and not os.path.isfile(self.source_path):
+            unbuilt = self.without_sources()
+            if unbuilt is not None:
+                return unbuilt
         try:
             xp.check_trusted_paths(self.paths)
         except xp.XdpProgramError as exc:
