@@ -8,7 +8,8 @@ facts and counters, and how a record turns back into its arguments); the steps a
 1. validate the arguments (every problem at once, each naming its field);
 2. refuse a kernel that lacks what the data plane's object needs (<plane>/needs.py);
 3. check bpffs and the host paths;
-4. compile the C (cached by content hash) and load the object, its maps checked against the plane's layouts;
+4. ask the host what the data plane needs of it (prepare), compile the C (cached by content hash) and load the
+   object, its maps checked against the plane's layouts;
 5. plan the attachments and the maps;
 6. write the record of intent, then the maps and the attachments (make-before-break, a failure rolls back), then
    the settled record (bpf/program.py's recording);
@@ -96,6 +97,10 @@ class DataPlane:
 
     def validate(self) -> None:
         """Check the arguments (and the host they are for) before anything is read or changed; raise Error."""
+
+    def prepare(self) -> None:
+        """What the data plane asks the host for once the host passed its checks, before the object is loaded (the
+        VTEP: its peers' next-hop MACs, which can take seconds); raise Error."""
 
     def needs(self) -> tuple[features.Needs, str]:
         """The kernel features the object needs (<plane>/needs.py) and the variant these arguments run."""
@@ -194,6 +199,7 @@ class DataPlane:
             xp.check_trusted_paths(self.paths)
         except xp.XdpProgramError as exc:
             raise self.Error(str(exc)) from exc
+        self.prepare()
         try:
             object_path, instance = xp.compiled_instance(
                 self.paths,

@@ -197,8 +197,10 @@ class Vtep(DataPlane):
             "tc_source": self.tc_source if tc else None,
         }
 
-    def plan(self, instance: xp.Instance) -> VtepPlan:
+    def prepare(self) -> None:
         self.peer_macs = resolve_peer_macs(self.config, self.ports, self.neighbour_timeout)
+
+    def plan(self, instance: xp.Instance) -> VtepPlan:
         self.egress = instance.obj.program(layouts.EGRESS_PROGRAM)
         maps = {name: instance.obj.map(name) for name in layouts.MAP_NAMES}
         return VtepPlan(maps, promisc.plan(xp.load_state(self.paths), self.config, self.header))
