@@ -48,7 +48,7 @@ help:
 	@echo "make lint      ruff, the host-Python checks (vermin), ansible-lint --profile production, make sanity"
 	@echo "make sanity    ansible-test sanity on the built collection (SANITY_ARGS=\"--test pylint\" passes options)"
 	@echo "make build     collection tarball in .build/ (via collection/build.sh)"
-	@echo "make abi       rewrite bpf/<plane>/<plane>_abi.h from plugins/module_utils/<plane>/abi.py"
+	@echo "make abi       rewrite bpf/<plane>/<plane>_abi.h from plugins/module_utils/<plane>/abi.py and layouts.py"
 	@echo "make lab-down  tear down the default lab"
 	@echo "make clean     remove .build and reports"
 	@echo "make scale     the fleet tests (tests/scale) with SCALE_VTEPS (default 12) XDP VTEPs, timed; not in make test"
@@ -108,7 +108,8 @@ sanity: deps
 build: deps
 	ANSIBLE_GALAXY=$(BIN)/ansible-galaxy $(CURDIR)/collection/build.sh --output-path $(BUILD_DIR)
 
-# The C headers of the numbers each data plane shares with Python, generated from its declaration in Python.
+# The C headers of the numbers and map structs each data plane shares with Python, generated from their declaration
+# in Python.
 abi: deps
 	$(BIN)/python $(CURDIR)/collection/abi_headers.py
 
@@ -217,7 +218,7 @@ bench-trafficgen: deps
 bench-filter: deps
 	$(BIN)/python $(CURDIR)/tests/bench/bench_filter.py $(BENCH_ARGS)
 
-# xdp-tools' xdp-forward as the reference, when XDPFLEET_XDP_FORWARD names one built outside the project (DESIGN.md).
+# xdp-tools' xdp-forward as the reference, when XDPFLEET_XDP_FORWARD names one built outside the project (tests/bench/README.md).
 bench-router: deps
 	$(BIN)/python $(CURDIR)/tests/bench/bench_router.py $(BENCH_ARGS)
 

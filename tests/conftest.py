@@ -124,6 +124,13 @@ def lab(tmp_path_factory):
         assert result.rc == 0, f"lab down failed:\n{result}"
 
 
+@pytest.fixture(scope="session")
+def bpf_cache(tmp_path_factory) -> str:
+    """The session's compile cache for BPF objects: compile_object keys an object by everything that built it, so
+    every test may share it, and each object is compiled once per session."""
+    return str(tmp_path_factory.mktemp("bpfcache"))
+
+
 @pytest.fixture
 def bpffs(tmp_path):
     """A bpffs instance of the test's own (every mount is a new one) for its pins, gone with the test: a test never

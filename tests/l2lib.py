@@ -4,7 +4,8 @@ Frames are plain bytes, sent and received through AF_PACKET sockets (no packet l
 scapy to build or check them). Every socket is opened inside the endpoint's network namespace by a short-lived
 thread that enters the namespace (setns), opens and binds the socket and exits; the socket stays in that namespace
 while the caller, in its own namespace, uses it. So the caller never changes namespace, and no helper process is
-needed.
+needed. Calls that act in the caller's own namespace (BPF links by ifindex, ioctls) run in `with netns(ns):`, which
+moves the calling thread there and back.
 
 VLAN tags: this kernel has no 802.1Q devices, so a trunk's far end sends tagged frames as raw bytes. On receive
 the kernel moves the tag out of the frame into the skb; an AF_PACKET reader gets it in PACKET_AUXDATA
@@ -47,10 +48,12 @@ SOL_PACKET = 263
 PACKET_AUXDATA = 8
 PACKET_STATISTICS = 6
 PACKET_OUTGOING = 4  # sll_pkttype of frames this host sent
+SO_RCVBUFFORCE = 33  # SO_RCVBUF beyond net.core.rmem_max (needs CAP_NET_ADMIN)
 TP_STATUS_VLAN_VALID = 0x10
 TP_STATUS_VLAN_TPID_VALID = 0x40
 _AUXDATA = struct.Struct("=IIIHHHH")  # struct tpacket_auxdata
 _STATS = struct.Struct("=II")  # struct tpacket_stats: tp_packets, tp_drops
+AUXDATA_SPACE = socket.CMSG_SPACE(_AUXDATA.size)  # recvmsg's ancillary buffer for PACKET_AUXDATA
 CLONE_NEWNET = 0x40000000
 
 T = TypeVar("T")
@@ -158,6 +161,25 @@ def _setns(fd: int) -> None:
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
+@contextlib.contextmanager
+def netns(ns: str):
+    """The block runs with this thread in network namespace `ns` (/run/netns/<ns>), which returns to its own after
+    it. Sockets made in the block stay in `ns`."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        target = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _setns(target)
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            _setns(own)
+    finally:
+        os.close(own)
+
+
 def in_netns(ns: str, fn: Callable[[], T]) -> T:
     """fn() run in network namespace `ns` (/run/netns/<ns>) by a thread of its own, which exits afterwards: the
     caller's thread never changes namespace. Sockets fn() makes stay in `ns`."""
@@ -165,12 +187,8 @@ def in_netns(ns: str, fn: Callable[[], T]) -> T:
 
     def run():
         try:
-            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                _setns(fd)
-            finally:
-                os.close(fd)
-            box["value"] = fn()
+            with netns(ns):
+                box["value"] = fn()
         except BaseException as exc:
             box["error"] = exc
 
@@ -182,8 +200,8 @@ def in_netns(ns: str, fn: Callable[[], T]) -> T:
     return box["value"]
 
 
-def _packet_socket(port: Port, proto: int) -> socket.socket:
-    """An AF_PACKET socket bound to port.ifname in port.ns, receiving `proto` (0: nothing)."""
+def packet_socket(port: Port, proto: int = 0) -> socket.socket:
+    """An AF_PACKET socket bound to port.ifname in port.ns, receiving `proto` (0: nothing, a socket to send on)."""
 
     def make():
         # Opened with protocol 0 (receives nothing) and bound to one interface, so that no frame of another
@@ -199,9 +217,22 @@ def _packet_socket(port: Port, proto: int) -> socket.socket:
     return in_netns(port.ns, make)
 
 
+def receiving_socket(port: Port, rcvbuf: int, *, force: bool = False) -> socket.socket:
+    """A socket receiving every frame on the port, a tag the kernel takes out of a frame reported in PACKET_AUXDATA
+    (receive() puts it back), with a receive buffer of `rcvbuf` bytes (force: beyond net.core.rmem_max)."""
+    sock = packet_socket(port, ETH_P_ALL)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE if force else socket.SO_RCVBUF, rcvbuf)
+        sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def mac(ns: str, ifname: str) -> str:
     """The MAC address of an interface in a namespace."""
-    with contextlib.closing(_packet_socket(Port(ns, ifname), 0)) as sock:
+    with contextlib.closing(packet_socket(Port(ns, ifname))) as sock:
         return mac_str(sock.getsockname()[4])
 
 
@@ -213,11 +244,37 @@ def send(ns: str, ifname: str, frames: bytes | Iterable[bytes]) -> int:
     if isinstance(frames, bytes | bytearray):
         frames = [frames]
     count = 0
-    with contextlib.closing(_packet_socket(Port(ns, ifname), 0)) as sock:
+    with contextlib.closing(packet_socket(Port(ns, ifname))) as sock:
         for frame in frames:
             sock.send(frame)
             count += 1
     return count
+
+
+# ---------------------------------------------------------------------------------------------------- receive
+
+
+def auxdata_vlan(ancdata) -> Vlan | None:
+    """The tag the kernel took out of a received frame, from its PACKET_AUXDATA (tpacket_auxdata), or None."""
+    for level, kind, value in ancdata:
+        if level == SOL_PACKET and kind == PACKET_AUXDATA and len(value) >= _AUXDATA.size:
+            status, _, _, _, _, tci, tpid = _AUXDATA.unpack_from(value)
+            if status & TP_STATUS_VLAN_VALID:
+                return Vlan.from_tci(tci, tpid if status & TP_STATUS_VLAN_TPID_VALID and tpid else ETH_P_8021Q)
+    return None
+
+
+def with_vlan_tag(data: bytes, ancdata) -> bytes:
+    """A received frame as it was on the wire: the tag the kernel had moved to PACKET_AUXDATA back in place."""
+    tag = auxdata_vlan(ancdata)
+    return data if tag is None else data[:12] + tag.header() + data[12:]
+
+
+def receive(sock: socket.socket, flags: int = 0) -> tuple[bytes, int]:
+    """The next frame of a receiving_socket() as it was on the wire, and its sll_pkttype (PACKET_OUTGOING: sent by
+    this host). Raises what recvmsg raises: BlockingIOError or TimeoutError when none came."""
+    data, ancdata, _, addr = sock.recvmsg(65536, AUXDATA_SPACE, flags)
+    return with_vlan_tag(data, ancdata), addr[2]
 
 
 # ---------------------------------------------------------------------------------------------------- capture
@@ -276,14 +333,7 @@ class Capture:
         self.stop()
 
     def start(self) -> Capture:
-        sock = _packet_socket(self.port, ETH_P_ALL)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
-            sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
-        except OSError:
-            sock.close()
-            raise
-        self._sock = sock
+        self._sock = receiving_socket(self.port, self.rcvbuf)
         self._thread = threading.Thread(target=self._read, name=f"l2lib-capture-{self.port.ns}", daemon=True)
         self._thread.start()
         return self
@@ -308,9 +358,7 @@ class Capture:
                 # Drain what is queued before looking at the stop flag again.
                 while True:
                     try:
-                        data, ancdata, _, addr = sock.recvmsg(
-                            65536, socket.CMSG_SPACE(_AUXDATA.size), socket.MSG_DONTWAIT
-                        )
+                        data, ancdata, _, addr = sock.recvmsg(65536, AUXDATA_SPACE, socket.MSG_DONTWAIT)
                     except BlockingIOError:
                         break
                     except OSError as exc:
@@ -331,12 +379,7 @@ class Capture:
                 self._cond.notify_all()
 
     def _record(self, data: bytes, ancdata, pkttype: int) -> None:
-        tag = None
-        for level, kind, value in ancdata:
-            if level == SOL_PACKET and kind == PACKET_AUXDATA and len(value) >= _AUXDATA.size:
-                status, _, _, _, _, tci, tpid = _AUXDATA.unpack_from(value)
-                if status & TP_STATUS_VLAN_VALID:
-                    tag = Vlan.from_tci(tci, tpid if status & TP_STATUS_VLAN_TPID_VALID and tpid else ETH_P_8021Q)
+        tag = auxdata_vlan(ancdata)
         if tag is not None:
             data = data[:12] + tag.header() + data[12:]
         item = Captured(data, tag or frame_vlan(data), tag is not None, pkttype, time.monotonic())

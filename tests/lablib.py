@@ -32,8 +32,8 @@ CALLBACK_DIR = REPO / "tests" / "callback_plugins"
 LAB_PLAYBOOK = REPO / "playbooks" / "lab.yml"
 DEFAULT_INVENTORY = REPO / "inventories" / "lab"
 
-sys.path.insert(0, str(REPO / "collection"))
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import lab as labutil
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import lab_spec, lab_state
 
 
 @dataclass
@@ -194,7 +194,7 @@ class Lab:
         self.endpoints = list(endpoints or [])
         self.links = list(links or [])
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"xdpf-lab-{prefix}-"))
-        self.lab_dir = labutil.default_lab_dir(prefix)
+        self.lab_dir = lab_spec.default_lab_dir(prefix)
         self.inventory = self.workdir / "inventory"
         self.write_inventory()
 
@@ -204,7 +204,7 @@ class Lab:
         return cls(prefix, mgmt_subnet, workdir=workdir, **standard_topology())
 
     def params(self) -> dict:
-        """This lab as the xdpfleet.fabric.lab module's parameters (for labutil.normalize)."""
+        """This lab as the xdpfleet.fabric.lab module's parameters (for lab_spec.normalize)."""
         return {
             "prefix": self.prefix,
             "mgmt_subnet": self.mgmt_subnet,
@@ -265,21 +265,21 @@ class Lab:
     # ---------------------------------------------------------------------------------------------- inspection
 
     def state(self) -> dict | None:
-        return labutil.load_state(self.lab_dir)
+        return lab_state.load_state(self.lab_dir)
 
     def health(self) -> list[str]:
         """Why the running lab differs from this topology; [] when it is up and matches."""
-        return labutil.health(labutil.normalize(self.params()))
+        return lab_state.health(lab_spec.normalize(self.params()))
 
     def namespaces(self) -> list[str]:
-        return labutil.existing(self.prefix, self.lab_dir)["namespaces"]
+        return lab_state.existing(self.prefix, self.lab_dir)["namespaces"]
 
     def root_links(self) -> list[str]:
-        return labutil.existing(self.prefix, self.lab_dir)["root_links"]
+        return lab_state.existing(self.prefix, self.lab_dir)["root_links"]
 
     def host_pids(self, host: str) -> tuple[int, int]:
         """(unshare pid, sshd pid) of a host, root-namespace pids."""
-        return labutil.host_pids(self.lab_dir, host)
+        return lab_state.host_pids(self.lab_dir, host)
 
     def restart_host(self, host: str) -> None:
         """Restart a host as a reboot would: pins, XDP links and /run go; interfaces and /etc, /var, /boot stay."""
@@ -312,7 +312,7 @@ class Lab:
         return found.stdout.split()
 
     def endpoint_exec(self, endpoint: str, argv: list[str], check=True, input=None, timeout=60):
-        return _run(["ip", "netns", "exec", labutil.ns_name(self.prefix, endpoint), *argv], check, input, timeout)
+        return _run(["ip", "netns", "exec", lab_spec.ns_name(self.prefix, endpoint), *argv], check, input, timeout)
 
 
 def standard_topology() -> dict:

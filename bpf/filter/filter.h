@@ -53,7 +53,8 @@
 #include "xdpfleet_parse.h"
 #include "filter_abi.h"
 
-#define FILTER_ADDR_WORDS 4 /* an IPv6 address in 32-bit words; an IPv4 address is word 0, the rest zero */
+/* An IPv6 address in 32-bit words; an IPv4 address is word 0, the rest zero. filter_rule (filter_abi.h) has it. */
+#define FILTER_ADDR_WORDS ((int)(sizeof(((struct filter_rule *)0)->src) / sizeof(__u32)))
 
 #define NEXTHDR_HOP 0
 #define NEXTHDR_ROUTING 43
@@ -73,34 +74,6 @@
 #define KEY_PROTO_UNKNOWN 0x10 /* the protocol is past what the parser reached (the ports too, if it has any) */
 #define KEY_PORTS_UNKNOWN 0x20 /* TCP or UDP whose ports are past what the parser reached */
 #define KEY_SHORT 0x40 /* the parse ran into data_end: at tc more of the frame may be pulled in */
-
-struct filter_rule {
-	__u32 src[FILTER_ADDR_WORDS]; /* network order, already masked */
-	__u32 src_mask[FILTER_ADDR_WORDS];
-	__u32 dst[FILTER_ADDR_WORDS];
-	__u32 dst_mask[FILTER_ADDR_WORDS];
-	__u16 sport_lo; /* host order, inclusive */
-	__u16 sport_hi;
-	__u16 dport_lo;
-	__u16 dport_hi;
-	__u8 proto; /* 0: any */
-	__u8 flags; /* enum filter_rule_flag */
-	__u8 action; /* enum filter_action */
-	__u8 pad;
-	__u8 name[FILTER_NAME_LEN]; /* for user space: a deployed filter's maps say which rule is which */
-};
-
-struct filter_order {
-	__u32 count;
-	__u16 slot[FILTER_MAX_RULES];
-	__u8 unparsed; /* enum filter_unparsed: switched with the rules */
-	__u8 pad;
-};
-
-struct filter_counter {
-	__u64 packets;
-	__u64 bytes;
-};
 
 /* What a frame is matched on. flags: its family (RULE_IPV4 or RULE_IPV6), RULE_PORTS when the ports are known, KEY_*. */
 struct filter_key {

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 
 /*
- * Generated from plugins/module_utils/filter/abi.py by `make abi`: edit that file, not this one (tests/unit/test_abi.py
- * fails when the two differ). The packet filter's limits and enums, shared by the data plane and user space.
+ * Generated from plugins/module_utils/filter/abi.py and plugins/module_utils/filter/layouts.py by `make abi`: edit
+ * those files, not this one (tests/unit/test_abi.py fails when they differ). The packet filter's limits and enums,
+ * shared by the data plane and user space.
  */
 
 #ifndef XDPFLEET_FILTER_ABI_H
@@ -70,6 +71,37 @@ enum filter_unparsed {
 	UNPARSED_DROP = 0, /* drop it */
 	UNPARSED_PASS = 1, /* pass it on */
 };
+
+struct filter_rule {
+	__u32 src[4]; /* network order, already masked */
+	__u32 src_mask[4];
+	__u32 dst[4];
+	__u32 dst_mask[4];
+	__u16 sport_lo; /* host order, inclusive */
+	__u16 sport_hi;
+	__u16 dport_lo;
+	__u16 dport_hi;
+	__u8 proto; /* 0: any */
+	__u8 flags; /* enum filter_rule_flag */
+	__u8 action; /* enum filter_action */
+	__u8 pad;
+	__u8 name[FILTER_NAME_LEN]; /* NUL-padded, for user space: a deployed filter's maps say which rule is which */
+};
+_Static_assert(sizeof(struct filter_rule) == 108, "the size of FilterRule in Python");
+
+struct filter_order {
+	__u32 count;
+	__u16 slot[FILTER_MAX_RULES];
+	__u8 unparsed; /* enum filter_unparsed: switched with the rules */
+	__u8 pad;
+};
+_Static_assert(sizeof(struct filter_order) == 264, "the size of FilterOrder in Python");
+
+struct filter_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+_Static_assert(sizeof(struct filter_counter) == 16, "the size of FilterCounter in Python");
 
 /*
  * Every enum above as a member, so that each reaches the object's BTF, where user space compares it with

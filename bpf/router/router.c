@@ -44,11 +44,6 @@
 #define RT_NEXTHDR_HOP 0
 #define RT_IPV6_LOOPBACK_LOW bpf_htonl(1)
 
-struct router_counter {
-	__u64 packets;
-	__u64 bytes;
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
 	__uint(max_entries, RT_PORTS_MAX);

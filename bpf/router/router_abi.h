@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 
 /*
- * Generated from plugins/module_utils/router/abi.py by `make abi`: edit that file, not this one (tests/unit/test_abi.py
- * fails when the two differ). The XDP router's verdicts and limits, shared by the data plane and user space.
+ * Generated from plugins/module_utils/router/abi.py and plugins/module_utils/router/layouts.py by `make abi`: edit
+ * those files, not this one (tests/unit/test_abi.py fails when they differ). The XDP router's verdicts and limits,
+ * shared by the data plane and user space.
  */
 
 #ifndef XDPFLEET_ROUTER_ABI_H
@@ -34,8 +35,8 @@ enum router_verdict {
 	RT_PASS_NOT_PORT = 12, /* routed out of an interface that is not one of the router's ports */
 	RT_PASS_FIB_OTHER = 13, /* any other FIB lookup result (a lightweight tunnel route, no source address) */
 	/*
-	 * from or to an address the kernel checks itself and bpf_fib_lookup does not: loopback, unspecified, link-
-	 * local, multicast, broadcast (martians, ND, MLD)
+	 * from or to an address the kernel checks itself and bpf_fib_lookup does not: loopback, unspecified,
+	 * link-local, multicast, broadcast (martians, ND, MLD)
 	 */
 	RT_PASS_SPECIAL_ADDR = 14,
 	/*
@@ -50,6 +51,13 @@ enum router_verdict {
 enum router_limits {
 	RT_PORTS_MAX = 256, /* ports a router forwards between (router_ports, a DEVMAP_HASH keyed by ifindex) */
 };
+
+/* router_stats[verdict], per CPU: the frames and bytes of each verdict. */
+struct router_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+_Static_assert(sizeof(struct router_counter) == 16, "the size of RouterCounter in Python");
 
 /*
  * Every enum above as a member, so that each reaches the object's BTF, where user space compares it with

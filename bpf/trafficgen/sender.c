@@ -3,7 +3,7 @@
  * sender: the traffic generator's transmit side, run by BPF_PROG_RUN with BPF_F_TEST_XDP_LIVE_FRAMES (it is never
  * attached), and the counter of the frames the echo server returns (attached to the sending interface).
  *
- * xdp_send builds each frame from a base packet and an entry of diffs (seed 003's template engine), so a
+ * xdp_send builds each frame from a base packet and an entry of diffs (a template engine), so a
  * 64-flow sweep costs a few stores per frame, not a packet copy:
  *   1. take the CPU's next entry (entries cycle in order; user space expanded variations and IMIX weights);
  *   2. write the first header_words words of the entry's base. Live frames recycle their pages with whatever

@@ -8,7 +8,7 @@
 #define XDPFLEET_TG_MATCH_H
 
 #include "xdpfleet_parse.h"
-#include "trafficgen.h"
+#include "trafficgen_abi.h"
 
 struct tg_frame {
 	struct ethhdr *eth;

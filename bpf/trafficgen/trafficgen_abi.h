@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 
 /*
- * Generated from plugins/module_utils/trafficgen/abi.py by `make abi`: edit that file, not this one
- * (tests/unit/test_abi.py fails when the two differ). The traffic generator's limits and encodings, shared by the
- * sender and user space.
+ * Generated from plugins/module_utils/trafficgen/abi.py and plugins/module_utils/trafficgen/layouts.py by `make abi`:
+ * edit those files, not this one (tests/unit/test_abi.py fails when they differ). The traffic generator's limits and
+ * encodings, shared by the sender and user space.
  */
 
 #ifndef XDPFLEET_TRAFFICGEN_ABI_H
@@ -27,6 +27,60 @@ enum tg_diff_size {
 	TG_DIFF_U16 = 2, /* one 16-bit word */
 	TG_DIFF_U32 = 4, /* two adjacent 16-bit words */
 };
+
+/* tg_bases[i]: the first header_words words of base packet i (headers, then payload bytes). */
+struct tg_base {
+	__u8 header[TG_HEADER_MAX];
+};
+_Static_assert(sizeof(struct tg_base) == 128, "the size of TgBase in Python");
+
+/* One write at a frame offset; value holds the bytes in frame order. */
+struct tg_diff {
+	__u16 offset;
+	__u8 size; /* enum tg_diff_size */
+	__u8 pad;
+	__u8 value[4];
+};
+_Static_assert(sizeof(struct tg_diff) == 8, "the size of TgDiff in Python");
+
+/*
+ * tg_entries[k]: frame k of the cycle, a base packet plus the bytes that differ from it (checksums included: user space
+ * computes them once per entry, so nothing is summed per frame).
+ */
+struct tg_entry {
+	__u8 base;
+	__u8 diff_count;
+	__u16 frame_len; /* the frame is trimmed to this when shorter than the run's data_in */
+	__u32 pad;
+	struct tg_diff diffs[TG_DIFFS_MAX];
+};
+_Static_assert(sizeof(struct tg_entry) == 72, "the size of TgEntry in Python");
+
+/*
+ * tg_cpu[0], per CPU: one sender thread's controls (written by user space before each run, so one loaded object serves
+ * a whole frame-size sweep), its place in the cycle and its counters.
+ */
+struct tg_cpu {
+	__u64 interval_ns; /* pacing: time between frames on this CPU; 0 sends as fast as possible */
+	__u64 limit; /* stop sending after this many frames on this CPU; 0 = no limit */
+	__u32 entry_count; /* entries in tg_entries */
+	__u16 header_words; /* words (TG_HEADER_WORD bytes) of the base rewritten per frame */
+	__u16 data_len; /* length of the run's data_in: entries shorter than this are trimmed */
+	__u64 next_ns; /* pacing: when the next frame is due */
+	__u32 next_entry;
+	__u32 pad;
+	__u64 tx_packets;
+	__u64 tx_bytes;
+	__u64 paced; /* iterations spent waiting for the pace (dropped without sending) */
+};
+_Static_assert(sizeof(struct tg_cpu) == 64, "the size of TgCpu in Python");
+
+/* Frames counted by the echo server and by the sender's return counter, per CPU. */
+struct tg_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+_Static_assert(sizeof(struct tg_counter) == 16, "the size of TgCounter in Python");
 
 /*
  * Every enum above as a member, so that each reaches the object's BTF, where user space compares it with

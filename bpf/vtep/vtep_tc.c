@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * The VTEP's TC backend (seed 000's XDP + TC) at tc ingress: its own object, so that the XDP backend's object
+ * The VTEP's TC backend (XDP + TC) at tc ingress: its own object, so that the XDP backend's object
  * (vtep_xdp.c) needs nothing newer than XDP does. Both objects run on the same maps (vtep_shared.h).
  *
  * vtep_ingress_tc (vtep_xdp.c) classifies, admits, decapsulates and learns as the XDP backend's ingress does, but

@@ -5,7 +5,8 @@ lab's own record, on the controller (the lab runs there). Documented in lab_host
 
 from __future__ import annotations
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab import LabError, host_pids, load_state
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab_spec import LabError
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab_state import host_pids, load_state
 
 
 def lab_host_problem(lab_dir: str, host: str, mgmt_ip: str | None = None) -> str:

@@ -97,12 +97,12 @@ options:
         description: Management address (in O(mgmt_subnet), not its first address); sshd listens here.
         type: str
         required: true
-      forwarding:
-        description: Enable IPv4 and IPv6 forwarding in the host's namespace.
+      forwarding: &namespace_forwarding
+        description: Enable IPv4 and IPv6 forwarding in the node's namespace.
         type: bool
         default: false
-      routes:
-        description: Static routes in the host's namespace.
+      routes: &namespace_routes
+        description: Static routes in the node's namespace.
         type: list
         elements: dict
         default: []
@@ -126,24 +126,8 @@ options:
         description: Endpoint name; its namespace is C(<prefix>-<name>).
         type: str
         required: true
-      forwarding:
-        description: Enable IPv4 and IPv6 forwarding in the endpoint's namespace.
-        type: bool
-        default: false
-      routes:
-        description: Static routes in the endpoint's namespace.
-        type: list
-        elements: dict
-        default: []
-        suboptions:
-          to:
-            description: Destination network, or V(default).
-            type: str
-            default: default
-          via:
-            description: Gateway address.
-            type: str
-            required: true
+      forwarding: *namespace_forwarding
+      routes: *namespace_routes
   links:
     description:
       - veth pairs between nodes (hosts or endpoints). Addresses must lie in 198.51.100.0/24 or 2001:db8::/32;
@@ -188,9 +172,9 @@ notes:
     hosts) and a rebuild is the only way to be sure no earlier state leaks into a test.
   - Lab hosts share the machine's file system outside O(private_dirs), so the controller's Python works on them.
 seealso:
-  - name: The lab (DESIGN.md)
-    description: The network-namespace lab and the facts it is built on.
-    link: https://example.invalid/xdpfleet/DESIGN.md
+  - name: ip-netns(8)
+    description: The network namespaces each lab host is.
+    link: https://man7.org/linux/man-pages/man8/ip-netns.8.html
 """
 
 EXAMPLES = r"""
@@ -295,21 +279,20 @@ import os
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import diff
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab import (
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab import HAS_PYROUTE2, describe, down, up
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab_spec import (
     ARGUMENT_SPEC,
-    HAS_PYROUTE2,
     LabError,
     check_lab_dir,
     check_prefix,
-    describe,
-    down,
+    normalize,
+    summary,
+)
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.lab_state import (
     existing,
     health,
     load_state,
     mgmt_clashes,
-    normalize,
-    summary,
-    up,
 )
 
 

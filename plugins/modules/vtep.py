@@ -64,6 +64,7 @@ description:
     when nothing differs, and the diff in words (C(+VNI 100: access port acc100))."
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
+  - xdpfleet.fabric.tc_attachment
   - xdpfleet.fabric.management_port
 author:
   - xdpfleet developers (!UNKNOWN)
@@ -109,7 +110,7 @@ options:
     description:
       - How flooded frames are replicated. C(xdp) with devmap broadcast and a devmap egress program per copy, all in
         XDP.
-      - C(tc) as seed 000's XDP + TC comparison does. The same XDP program classifies, admits, decapsulates and learns,
+      - C(tc) replicates at tc ingress (XDP + TC). The same XDP program classifies, admits, decapsulates and learns,
         then passes each frame with a command in its metadata to a second program at tc ingress of the port (an
         object of its own, I(tc_source); the notes say how it is attached). That program sends known unicast on, and
         floods with C(bpf_clone_redirect) - the local copies first, then the Outer added once and rewritten for each
@@ -154,16 +155,6 @@ attributes:
         a VNI in preserve mode as C(+VNI 200: vlan_mode preserve), and the aging time as C(+VTEP: fdb_aging 300 s).
         Then a port's promiscuous flag that changes (C(acc100: promisc off) before, C(acc100: promisc on) after),
         and per port the ingress program before and after."
-notes:
-  - "A program at tc ingress is attached through a tcx link (pinned under C(/sys/fs/bpf/xdpfleet/<name>/tc-links))
-    where the kernel has tcx (Linux 6.6, told by its BTF naming C(BPF_TCX_INGRESS)). On older kernels it is a cls_bpf
-    filter in direct-action mode on the interface's clsact qdisc (created when missing), named C(xdpfleet:<name>), at
-    a priority after every filter there. A filter has no pin: the state file records its priority and handle, and a
-    restore puts it back there, so the filters of a hook keep their order among themselves and among filters of
-    others. An upgrade replaces the program in its filter, atomically. Removal takes only that filter, and the clsact
-    qdisc when the module created it and nothing else is left on it. A filter of another at the recorded place is
-    refused, never replaced. The environment variable C(XDPFLEET_TC_ATTACH) (C(tcx) or C(cls_bpf)) forces one way,
-    for tests."
 seealso:
   - module: xdpfleet.fabric.xdp_program
   - module: xdpfleet.fabric.linux_vtep
@@ -185,7 +176,7 @@ EXAMPLES = r"""
           peers:
             - {ip: 198.51.100.130, via: uplink0, mac: "02:00:00:00:01:30"}
 
-- name: Configure the VTEP with static MACs, a short aging time, and seed 000's VLAN handling for VNI 200
+- name: Configure the VTEP with static MACs, a short aging time, and VLAN tags kept in the tunnelled frame in VNI 200
   xdpfleet.fabric.vtep:
     config:
       fdb_aging: 60

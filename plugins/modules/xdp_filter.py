@@ -45,6 +45,7 @@ description:
     xdpfleet.fabric.xdp_teardown removes it.
 extends_documentation_fragment:
   - xdpfleet.fabric.host_paths
+  - xdpfleet.fabric.tc_attachment
 author:
   - xdpfleet developers (!UNKNOWN)
 requirements:
@@ -121,16 +122,6 @@ attributes:
       - "The rules in words, before and after (C(vxlan: count udp to any port 4789)): a rule added shows as
         C(+), one removed as C(-), one changed as a C(-)/C(+) pair; a changed I(unparsed) as C(unparsed frames:
         drop). Then per interface the program before and after."
-notes:
-  - "A program at tc ingress is attached through a tcx link (pinned under C(/sys/fs/bpf/xdpfleet/<name>/tc-links))
-    where the kernel has tcx (Linux 6.6, told by its BTF naming C(BPF_TCX_INGRESS)). On older kernels it is a cls_bpf
-    filter in direct-action mode on the interface's clsact qdisc (created when missing), named C(xdpfleet:<name>), at
-    a priority after every filter there. A filter has no pin: the state file records its priority and handle, and a
-    restore puts it back there, so the filters of a hook keep their order among themselves and among filters of
-    others. An upgrade replaces the program in its filter, atomically. Removal takes only that filter, and the clsact
-    qdisc when the module created it and nothing else is left on it. A filter of another at the recorded place is
-    refused, never replaced. The environment variable C(XDPFLEET_TC_ATTACH) (C(tcx) or C(cls_bpf)) forces one way,
-    for tests."
 seealso:
   - module: xdpfleet.fabric.xdp_probe
   - module: xdpfleet.fabric.xdp_teardown

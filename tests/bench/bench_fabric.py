@@ -4,7 +4,7 @@
 Not a test (pytest does not collect bench_*.py): it prints a table from one run. Needs no root and no lab: no host
 is contacted.
 
-A synthetic fleet (issue 15: 1,000 VTEPs, 100 VNIs): VTEP i serves 10 VNIs (--vnis-per-vtep), VNI (i + 7j) mod 100
+A synthetic fleet (1,000 VTEPs, 100 VNIs): VTEP i serves 10 VNIs (--vnis-per-vtep), VNI (i + 7j) mod 100
 for j = 0..9 on an access port each, so every VNI has 100 VTEPs, each VTEP 10 x 99 derived peers. Each VTEP has one
 tunnel port ul0 with a /30 of 198.18.0.0/15 (RFC 2544's benchmarking range: inventory data only, never put on an
 interface) and a route to the whole range through it, as a routed underlay has.

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark: the packet filter (bpf/filter) at XDP against the same filter at tc, per kind of input, in one run.
 
-Seed 001's point: XDP saves work over tc only where it runs before the kernel builds an skb. On veth that depends on
-what arrives, so two kinds of input are measured, each at both hooks:
+XDP saves work over tc only where it runs before the kernel builds an skb (Hoiland-Jorgensen et al., The eXpress
+Data Path, CoNEXT 2018). On veth that depends on what arrives, so two kinds of input are measured, each at both hooks:
 
   xdp frames    the project's live-frames sender (plugins/module_utils/trafficgen, XDP_TX out of `src`): the frames
                 reach `dut` as XDP frames; native XDP drops them before any skb exists, tc sees the skb veth builds
@@ -18,10 +18,10 @@ socket's skbs with netif_rx in the sender's context on CPU 0, and the receive CP
 The drop rate per core is frames dropped (the rule's counter) per second of CPU time of dut's NAPI kthread and CPU
 1's ksoftirqd. Points alternate (XDP, tc, XDP, tc, ...); medians reported, and the ratio XDP/tc per input kind.
 
-Skbs: seed 001 counts them with kprobes on __netif_receive_skb_core and __alloc_skb. This kernel has no kprobes,
-and a tracing (fentry) program fails to load with EPERM (DESIGN.md), so the bench cannot count skbs built. It
-prints instead the packets each CPU's receive core processed (/proc/net/softnet_stat, column 1: incremented in
-__netif_receive_skb_core, the function seed 001 probes), per frame dropped.
+Skbs: the reference measurement counted them with kprobes on __netif_receive_skb_core and __alloc_skb. This kernel
+has no kprobes, and a tracing (fentry) program fails to load with EPERM (tests/bench/README.md), so the bench cannot
+count skbs built. It prints instead the packets each CPU's receive core processed (/proc/net/softnet_stat, column 1:
+incremented in __netif_receive_skb_core, the function the reference measurement probed), per frame dropped.
 
 make bench-filter runs it (BENCH_ARGS="--seconds 1 --rounds 1" for a short try).
 """
@@ -44,11 +44,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collection"))
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "kernel"))
 sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 from bench_vtep import compile_bpf, ksoftirqd, napi_threads, nsx, print_table, runtime_ns, sh
-from vtep_netns import netns, port_facts
+from l2lib import netns
+from vtep_netns import port_facts
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import layouts, rules, writer
@@ -65,7 +67,11 @@ RULES = [
 ]
 INPUTS = ("xdp frames", "socket frames")
 HOOKS = ("xdp", "tc")
-SEED = {"xdp frames": ("+40% (virtio-net native, no skb)", 1.40), "socket frames": ("-1.7% (veth, skb input)", 0.983)}
+# The reference measurement's XDP/tc figures per kind of input (tests/bench/README.md).
+REFERENCE = {
+    "xdp frames": ("+40% (virtio-net native, no skb)", 1.40),
+    "socket frames": ("-1.7% (veth, skb input)", 0.983),
+}
 
 
 def softnet_processed() -> list[int]:
@@ -242,11 +248,11 @@ def report(points: list[Point], command: str) -> None:
     print_table(rows)
     print()
     # Agreement is on the finding, not the figure: XDP saves (more than 10% per core) or it does not.
-    rows = [("input", "XDP/tc per core", "XDP/tc Mpps", "seed 001", "same finding (XDP saves > 10%)")]
+    rows = [("input", "XDP/tc per core", "XDP/tc Mpps", "reference", "same finding (XDP saves > 10%)")]
     for kind in INPUTS:
         ratio = median(kind, "xdp", "per_core") / median(kind, "tc", "per_core")
-        said, seed = SEED[kind]
-        agrees = "yes" if (ratio > 1.1) == (seed > 1.1) else "no"
+        said, reference = REFERENCE[kind]
+        agrees = "yes" if (ratio > 1.1) == (reference > 1.1) else "no"
         rows.append((kind, f"{ratio:.2f}", f"{median(kind, 'xdp', 'mpps') / median(kind, 'tc', 'mpps'):.2f}", said,
                      agrees))  # fmt: skip
     print_table(rows)

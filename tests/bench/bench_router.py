@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark: the XDP router (bpf/router) against the kernel's forwarding, with and without a conntrack rule, and
-against xdp-tools' xdp-forward, in one run (seed 002's table).
+against xdp-tools' xdp-forward, in one run (the reference measurement's table, tests/bench/README.md).
 
 Not a test (pytest does not collect bench_*.py): it prints a table of ratios from one run. Needs root.
 
@@ -9,10 +9,10 @@ The namespaces of the router's kernel tests (tests/kernel/router_netns.py): e1 -
 
   kernel            r's kernel forwards (no XDP on r)
   kernel+conntrack  the same with an nftables forward rule that tracks connections (`ct state new,established
-                    accept`, what seed 002's `iptables -m conntrack` rule does)
+                    accept`, what an `iptables -m conntrack` rule does)
   xdp router        the collection's router on p1 and p2, deployed by router/deploy.py
   xdp-forward       xdp-tools' xdp-forward (`xdp-forward load p1 p2`, fib mode), given by --xdp-forward PATH or
-                    XDPFLEET_XDP_FORWARD; built outside the project (DESIGN.md), "not measured" without it
+                    XDPFLEET_XDP_FORWARD; built outside the project (tests/bench/README.md), "not measured" without it
 
 Offered load: the collection's live-frames sender (trafficgen/generator.py) in e1, a thread pinned to CPU 0, sends
 64-byte UDP frames of 64 flows (source ports) to e2 out of e1's eth0, so they arrive on r:p1. p1's NAPI is threaded
@@ -21,9 +21,10 @@ and pinned to CPU 1, which does all the forwarding (and the sink's receive). The
 second of CPU time of p1's NAPI thread and CPU 1's ksoftirqd (the forwarding's CPU). Points alternate through the
 scenarios (A B C D A B C D ...); medians; ratios to the kernel's forwarding.
 
-Against seed 002 (+6 % over the kernel, +43 % with conntrack, measured in pps with pktgen): pktgen hands veth skbs,
-so its XDP forwarder still paid for an skb per frame; the live-frames sender hands p1 XDP frames, which the router
-forwards without ever building an skb while the kernel must build one (seed 001's point), so the gap here is larger.
+Against the reference measurement (+6 % over the kernel, +43 % with conntrack, measured in pps with pktgen): pktgen
+hands veth skbs, so its XDP forwarder still paid for an skb per frame; the live-frames sender hands p1 XDP frames,
+which the router forwards without ever building an skb while the kernel must build one (The eXpress Data Path,
+CoNEXT 2018), so the gap here is larger.
 The ratio kernel+conntrack / kernel is the one that compares like with like.
 
 make bench-router runs it (BENCH_ARGS="--seconds 1 --rounds 1" for a short try).
@@ -47,12 +48,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collection"))
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "kernel"))
 sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 from bench_vtep import compile_bpf, cpu_times, ksoftirqd, napi_threads, runtime_ns
+from l2lib import netns
 from router_netns import E1_V4, E2_V4, RouterNetns
-from vtep_netns import netns, port_facts
+from vtep_netns import port_facts
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
@@ -67,8 +70,9 @@ CONNTRACK_RULESET = (
     "add table inet xrbench; add chain inet xrbench forward { type filter hook forward priority 0; }; "
     "add rule inet xrbench forward ct state new,established accept"
 )
-# Seed 002's figures (pps on its veth, kernel 6.8): the XDP forwarder against the kernel, without and with conntrack.
-SEED = {"kernel": 283040, "xdp vs kernel": 301884, "kernel+conntrack": 210708, "xdp vs conntrack": 302602}
+# The reference measurement's figures (pps on veth, kernel 6.8, tests/bench/README.md): the XDP forwarder against
+# the kernel, without and with conntrack.
+REFERENCE = {"kernel": 283040, "xdp vs kernel": 301884, "kernel+conntrack": 210708, "xdp vs conntrack": 302602}
 
 
 @dataclass
@@ -135,7 +139,7 @@ class Bench:
 
     def unavailable(self, scenario: str) -> str | None:
         if scenario == "xdp-forward" and not self.xdp_forward:
-            return "no xdp-forward given (--xdp-forward PATH or XDPFLEET_XDP_FORWARD; build it as DESIGN.md says)"
+            return "no xdp-forward given (--xdp-forward PATH or XDPFLEET_XDP_FORWARD; tests/bench/README.md builds one)"
         if scenario == "xdp-forward" and not os.access(self.xdp_forward, os.X_OK):
             return f"{self.xdp_forward} is not an executable"
         return None
@@ -225,11 +229,11 @@ def report(points: list[Point], command: str, unavailable: dict[str, str], runni
 
     print()
     print(f"xdp router / kernel (per core):            {ratio('xdp router', 'kernel')}"
-          f"   seed 002: {SEED['xdp vs kernel'] / SEED['kernel']:.2f}")  # fmt: skip
+          f"   reference: {REFERENCE['xdp vs kernel'] / REFERENCE['kernel']:.2f}")  # fmt: skip
     print(f"xdp router / kernel+conntrack (per core):  {ratio('xdp router', 'kernel+conntrack')}"
-          f"   seed 002: {SEED['xdp vs conntrack'] / SEED['kernel+conntrack']:.2f}")  # fmt: skip
+          f"   reference: {REFERENCE['xdp vs conntrack'] / REFERENCE['kernel+conntrack']:.2f}")  # fmt: skip
     print(f"kernel+conntrack / kernel (per core):      {ratio('kernel+conntrack', 'kernel')}"
-          f"   seed 002: {SEED['kernel+conntrack'] / SEED['kernel']:.2f}")  # fmt: skip
+          f"   reference: {REFERENCE['kernel+conntrack'] / REFERENCE['kernel']:.2f}")  # fmt: skip
     print(f"xdp router / xdp-forward (per core):       {ratio('xdp router', 'xdp-forward')}")
 
 

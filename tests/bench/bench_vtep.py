@@ -10,9 +10,10 @@ Four cases, each a set of scenarios measured side by side:
   BUM, 16 peers     the same with 16 remote VTEPs behind the uplink: XDP VTEP and Linux
   known unicast     a frame to a MAC that the FDB puts behind the first peer, encapsulated to that one VTEP:
                     XDP VTEP, the ceiling (push a 50-byte Outer, bpf_redirect to the uplink) and Linux
-  XDP vs TC         seed 000's table: BUM frames of 64 UDP flows replicated to 2 remote VTEPs, by the VTEP's two
-                    backends (the same object and document; the TC backend floods with bpf_clone_redirect at tc
-                    ingress). Seed 000 measured XDP/TC = 1.76x at 64 B and 1.62x at 1514 B; the goal here is 2x
+  XDP vs TC         BUM frames of 64 UDP flows replicated to 2 remote VTEPs, by the VTEP's two backends (the
+                    same object and document; the TC backend floods with bpf_clone_redirect at tc ingress). The
+                    reference measurement (tests/bench/README.md) gave XDP/TC = 1.76x at 64 B and 1.62x at 1514 B;
+                    the goal here is 2x
 
 One namespace per data plane (<prefix>-<pid>-<bed>), each with an access port `acc` (veth; the sender's end `accp`)
 and one uplink `ul` (veth, MTU 1600; far end `ulp`) behind which the remote VTEPs live (next-hop MACs given, no ARP):
@@ -76,9 +77,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collection"))
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "kernel"))
 
-from vtep_netns import netns, port_facts
+from l2lib import netns
+from vtep_netns import port_facts
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_layout, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
@@ -171,7 +174,7 @@ CASES = {  # short name, what is measured
     "tc": (
         "XDP vs TC VTEP",
         "frames of 64 UDP flows to an unknown unicast MAC, replicated to 2 remote VTEPs behind one uplink, by the "
-        "VTEP's XDP backend and its TC backend (seed 000: XDP/TC 1.76x at 64 B, 1.62x at 1514 B)",
+        "VTEP's XDP backend and its TC backend (reference: XDP/TC 1.76x at 64 B, 1.62x at 1514 B)",
     ),
 }
 
@@ -745,7 +748,7 @@ def report(points: list[Point], costs: dict, args, command: str, oddities: list[
             if values:
                 print(f"  {size:>5} B  {sc.key:<10}  {'  '.join(values)}")
     print(
-        "goals: ratios to a ceiling judged by the cost, ratios to Linux by Mpps/core medians (issue 12); in brackets "
+        "goals: ratios to a ceiling judged by the cost, ratios to Linux by Mpps/core medians; in brackets "
         "the ratio by cost / by Mpps/core medians / by Mpps/core best rounds:"
     )
     for r in RATIOS:

@@ -3,7 +3,7 @@
 
 Not a test (pytest does not collect bench_*.py): it prints tables from one run. Needs root.
 
-The document is issue 15's: lab host d, trunk0 VIDs 1..N each in its own VNI (VNI 10000 + VID), every VNI with the
+The document: lab host d, trunk0 VIDs 1..N each in its own VNI (VNI 10000 + VID), every VNI with the
 same 3 peers via ul-a (next hops from the host's neighbour table, as the lab's documents have them), written by hand
 as d's vtep_config in host_vars. The peers are VTEPs of the fabric model in the inventory (peer1..peer3, outside
 the lab: no play here reaches them), each serving d's VNIs, so the fleet check that playbooks/vtep.yml runs first
@@ -43,6 +43,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "collection"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from lablib import Lab

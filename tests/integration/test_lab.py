@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lablib import Lab, labutil, standard_topology
+from lablib import Lab, lab_spec, lab_state, labutil, standard_topology
 
 LAB_MODULE = "xdpfleet.fabric.lab"
 UDP_RECEIVER = (
@@ -38,7 +38,7 @@ def _ok(result):
 
 def _wait_dead(pids, timeout=10.0):
     deadline = time.monotonic() + timeout
-    while any(labutil._alive(p) for p in pids):
+    while any(lab_state.is_alive(p) for p in pids):
         assert time.monotonic() < deadline, f"pids {pids} still alive"
         time.sleep(0.05)
 
@@ -136,7 +136,7 @@ def test_endpoint_traffic_crosses_host_a(lab, dst):
         return int(lab.host_exec("a", ["cat", "/sys/class/net/p1/statistics/rx_packets"]).stdout)
 
     before = p1_rx()
-    netns = labutil.ns_name(lab.prefix, "e2")
+    netns = lab_spec.ns_name(lab.prefix, "e2")
     receiver = subprocess.Popen(
         ["ip", "netns", "exec", netns, sys.executable, "-c", UDP_RECEIVER, dst],
         stdout=subprocess.PIPE,
@@ -229,8 +229,8 @@ def test_invalid_topology_errors_name_the_field(change, field):
     for i, host in enumerate(params["hosts"]):
         host["mgmt_ip"] = f"198.51.100.{130 + i}"
     change(params)
-    with pytest.raises(labutil.LabError, match=f"^{re.escape(field)}: "):
-        labutil.normalize(params)
+    with pytest.raises(lab_spec.LabError, match=f"^{re.escape(field)}: "):
+        lab_spec.normalize(params)
 
 
 def test_invalid_topology_fails_the_playbook_before_anything_is_made(restore_lab, tmp_path):

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
 from conftest import LAB_PREFIX
 from l2lib import BROADCAST, Port, build_frame, bum_probe, mac, new_marker, probe, send
 from lablib import printed_diff

@@ -13,8 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from l2lib import bum_probe, ports
 
 REPO = Path(__file__).resolve().parents[2]

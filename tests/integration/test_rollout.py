@@ -11,13 +11,9 @@ With the canary and vtep_serial=2 the lab's five VTEPs (inventory order a, b, c,
 import contextlib
 import itertools
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from l2lib import bum_probe, ports
 from lablib import printed_diff, split_promisc
 

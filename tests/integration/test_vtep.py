@@ -1,4 +1,4 @@
-"""The XDP VTEP on the lab's seed-000 fabric, configured by playbooks/vtep.yml from the inventory alone, over SSH.
+"""The XDP VTEP on the lab's fabric (inventories/lab), set up by playbooks/vtep.yml from the inventory alone, over SSH.
 
 a is the hub (a100, a200, alocal), b and c have 100 and 200 endpoints, d a trunk (VID 10 = VNI 100, VID 20 = VNI
 200), and l runs the Linux kernel's own VXLAN (bridge + vxlan device) as an interop peer in VNI 100. See
@@ -16,14 +16,10 @@ import json
 import re
 import secrets
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from l2lib import BROADCAST, Capture, Port, Vlan, build_frame, bum_probe, mac, new_marker, ports, probe, send
 from lablib import printed_diff, split_promisc
 
@@ -319,7 +315,7 @@ def test_an_access_port_carries_tags_as_payload(fabric):
 
 @pytest.fixture(scope="class")
 def preserving(fabric):
-    """d in vlan_mode preserve (seed 000's behaviour: the tag stays inside the tunnelled frame)."""
+    """d in vlan_mode preserve (the tag stays inside the tunnelled frame; RFC 7348 section 6.1)."""
     with reconfigured(fabric, "d", lambda document: document.update(vlan_mode="preserve")):
         yield fabric
 

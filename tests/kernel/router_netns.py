@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from vtep_netns import netns, sh
+from l2lib import ETH_P_ALL, PACKET_OUTGOING, Port, mac, mac_bytes, netns, packet_socket
+from vtep_netns import sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
@@ -74,7 +75,8 @@ class RouterNetns:
                 self.exec(node, "ip", "addr", "add", v4[index], "dev", ifname)
                 self.exec(node, "ip", "addr", "add", v6[index], "dev", ifname, "nodad")
                 self.exec(node, "ip", "link", "set", ifname, "up")
-            # A veth takes redirected frames only with NAPI on at the receiving end (DESIGN.md): GRO, as the lab.
+            # A veth takes redirected frames only with NAPI on at the receiving end (the kernel's drivers/net/veth.c,
+            # veth_xdp_xmit); GRO turns NAPI on without an XDP program there (Linux 5.13 and later), as in the lab.
             self.exec(endpoint, "ethtool", "-K", "eth0", "gro", "on")
             self.exec(endpoint, "ip", "route", "add", "198.51.100.64/26", "via", addr(v4[0]))
             self.exec(endpoint, "ip", "-6", "route", "add", "2001:db8:64::/48", "via", addr(v6[0]))
@@ -100,14 +102,11 @@ class RouterNetns:
             ).deploy()  # fmt: skip
 
     def mac(self, node: str, ifname: str) -> bytes:
-        return bytes.fromhex(self.exec(node, "cat", f"/sys/class/net/{ifname}/address").stdout.strip().replace(":", ""))
+        return mac_bytes(mac(self.ns[node], ifname))
 
     def packet_socket(self, node: str, ifname: str) -> socket.socket:
         """A raw socket on the node's interface that sends frames and receives every frame it sees (ETH_P_ALL)."""
-        with netns(self.ns[node]):
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
-        sock.bind((ifname, 0))
-        return sock
+        return packet_socket(Port(self.ns[node], ifname), ETH_P_ALL)
 
     @staticmethod
     def received(sock: socket.socket, marker: bytes, seconds: float = 0.5) -> list[bytes]:
@@ -115,7 +114,7 @@ class RouterNetns:
         frames, end = [], time.monotonic() + seconds
         while select.select([sock], [], [], max(0.0, end - time.monotonic()))[0]:
             frame, (_, _, pkttype, *_) = sock.recvfrom(65536)
-            if marker in frame and pkttype != socket.PACKET_OUTGOING:
+            if marker in frame and pkttype != PACKET_OUTGOING:
                 frames.append(frame)
         return frames
 

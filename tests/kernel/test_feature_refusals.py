@@ -22,13 +22,13 @@ from pathlib import Path
 
 import btf_edit
 import pytest
+from conftest import LAB_PREFIX
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features as ft
 
 REPO = Path(__file__).resolve().parents[2]
 JIFFIES_C = Path(__file__).parent / "bpf" / "jiffies_fixture.c"
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loading BPF programs needs root")
 
@@ -240,7 +240,7 @@ def run(tmp_path_factory):
         "restore_tc": vtep_document("198.51.100.211", "198.51.100.212", "racc", "rul"),
         "restore_xdp": vtep_document("198.51.100.213", "198.51.100.214", "xacc", "xul"),
     }
-    netns = f"{PREFIX}-feat-{os.getpid()}"
+    netns = f"{LAB_PREFIX}-feat-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", netns], check=True)
     try:
         subprocess.run(["ip", "netns", "exec", netns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],

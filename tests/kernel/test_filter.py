@@ -8,10 +8,12 @@ import socket
 from collections.abc import Callable
 
 import pytest
+from conftest import LAB_PREFIX
+from l2lib import Port, netns, packet_socket
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, PadN
 from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
-from vtep_netns import REPO, netns, sh
+from vtep_netns import REPO, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, libbpf
@@ -19,7 +21,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import layo
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="BPF and namespaces need root")
 
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 XDP_DROP, XDP_PASS = 1, 2
 TC_ACT_SHOT, TC_ACT_UNSPEC = 2, 0xFFFFFFFF  # prog_test_run reports the u32
 BPF_TCX_INGRESS = 46
@@ -92,10 +93,10 @@ FRAMES = [
 
 
 @pytest.fixture(scope="module")
-def object_path(tmp_path_factory) -> str:
+def object_path(bpf_cache) -> str:
     path, _ = bpf_build.compile_object(
         str(REPO / "bpf" / "filter" / "filter.c"),
-        str(tmp_path_factory.mktemp("bpfcache")),
+        bpf_cache,
         [str(REPO / "bpf" / "include")],
     )
     return path
@@ -258,7 +259,8 @@ def run_each(filt: Filter, hook: str, frames: dict) -> dict:
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
 def test_a_syn_behind_up_to_8_extension_headers_meets_its_rule(fresh, hook):
-    """Issue 25: with 5 or more Destination Options headers the SYN passed, counted no_rule."""
+    """A SYN behind 0 to 8 Destination Options headers (RFC 8200 section 4.6) meets its rule; with 5 or more it once
+    passed, counted no_rule."""
     fresh.set_rules(SSH)
     got = run_each(fresh, hook, {n: behind_destination_options(n) for n in range(9)})
     assert got == {n: (VERDICTS[hook]["drop"], {"ssh": 1}) for n in range(9)}
@@ -325,15 +327,14 @@ class Veth:
     the filter runs (as skbs: veth hands a socket's frames to XDP through veth_xdp_rcv_skb)."""
 
     def __init__(self, kind: str = "flt", mtu: int = 1500):
-        self.ns = f"{PREFIX}-{kind}-{os.getpid()}"
+        self.ns = f"{LAB_PREFIX}-{kind}-{os.getpid()}"
         sh("ip", "netns", "add", self.ns)
         sh("ip", "-n", self.ns, "link", "add", "ftx", "type", "veth", "peer", "name", "frx")
         for end in ("ftx", "frx"):
             sh("ip", "-n", self.ns, "link", "set", end, "mtu", str(mtu), "up")
         with netns(self.ns):
             self.rx_ifindex = socket.if_nametoindex("frx")
-            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-            self.sock.bind(("ftx", 0))
+        self.sock = packet_socket(Port(self.ns, "ftx"))  # sends; receives nothing
 
     def attach(self, filt: Filter, hook: str) -> Callable[[], None]:
         """The hook's program on rx: a bpf_link at native XDP or tcx ingress, or (hook "tc-cls_bpf") a cls_bpf filter
@@ -409,7 +410,8 @@ def jumbo_veth():
 
 @pytest.mark.parametrize("hook", ["tc", "tc-cls_bpf"])
 def test_at_tc_headers_past_the_linear_part_are_pulled_in_and_what_stays_out_is_unparsed(jumbo_veth, fresh, hook):
-    """Issue 25: at tc the filter pulled 128 bytes, so a longer header chain passed its rule, counted no_rule."""
+    """At tc the filter once pulled only 128 bytes into the linear part, so a longer header chain passed its rule,
+    counted no_rule."""
     fresh.set_rules(SSH)
     pad = 5000
     reachable = [behind_destination_options(n, payload=pad) for n in range(9)]

@@ -28,7 +28,6 @@ import ipaddress
 import json
 import os
 import random
-import socket
 import struct
 import subprocess
 import time
@@ -37,7 +36,9 @@ from dataclasses import dataclass
 
 import fuzzlib as fz
 import pytest
-from vtep_netns import REPO, netns, sh
+from conftest import LAB_PREFIX
+from l2lib import Port, packet_socket
+from vtep_netns import REPO, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
@@ -45,7 +46,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import abi,
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="BPF and namespaces need root")
 
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 BLOCK = 2000
 NFT_EVERY = 16
 NFT_BATCH = 32
@@ -401,7 +401,7 @@ def counted_in(what) -> tuple[str, int]:
 
 # --- The nftables oracle --------------------------------------------------------------------------------------------
 
-NFT_TABLE = f"{PREFIX}fuzz"
+NFT_TABLE = f"{LAB_PREFIX}fuzz"
 NO_MATCH = "no_match"
 
 
@@ -457,15 +457,13 @@ class NftLab:
     chain on rx; frames sent from a packet socket on tx."""
 
     def __init__(self):
-        self.ns = f"{PREFIX}-nft-{os.getpid()}"
+        self.ns = f"{LAB_PREFIX}-nft-{os.getpid()}"
         sh("ip", "netns", "add", self.ns)
         self.run("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
         sh("ip", "-n", self.ns, "link", "add", "ftx", "type", "veth", "peer", "name", "frx")
         for end in ("ftx", "frx"):
             sh("ip", "-n", self.ns, "link", "set", end, "mtu", "9000", "up")
-        with netns(self.ns):
-            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-            self.sock.bind(("ftx", 0))
+        self.sock = packet_socket(Port(self.ns, "ftx"))  # sends; receives nothing
         self.names: list[str] = []
 
     def run(self, *argv: str, stdin: str | None = None) -> str:

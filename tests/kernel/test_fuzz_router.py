@@ -31,8 +31,9 @@ import time
 
 import fuzzlib as fz
 import pytest
+from conftest import LAB_PREFIX
+from l2lib import netns
 from router_netns import E1_V4, E1_V6, E2_V4, E2_V6, INCLUDE_DIRS, SOURCE, RouterNetns
-from vtep_netns import netns
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
@@ -41,7 +42,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import layo
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and XDP need root")
 
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 LIVE_EVERY = 200
 LIVE_MAX = 1000
 LIVE_WAIT = 0.03  # s a live frame has to come out of r (veth to veth: well under a millisecond)
@@ -255,7 +255,7 @@ class Lab:
 
 @pytest.fixture(scope="module")
 def lab():
-    netns_lab = RouterNetns.create(f"{PREFIX}fr")
+    netns_lab = RouterNetns.create(f"{LAB_PREFIX}fr")
     try:
         for route in ROUTES:
             netns_lab.exec("r", "ip", "route", "add", *route)

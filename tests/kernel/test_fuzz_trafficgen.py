@@ -20,12 +20,15 @@ import struct
 
 import fuzzlib as fz
 import pytest
-from vtep_netns import REPO, netns, port_facts, sh
+from conftest import LAB_PREFIX
+from l2lib import netns
+from vtep_netns import REPO, port_facts, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap, set_rodata
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import layouts as tg_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.echo import echo_constants
 
@@ -127,10 +130,10 @@ def packets(counter: TypedMap) -> int:
 
 
 @pytest.fixture(scope="module")
-def echo(tmp_path_factory):
-    obj = compile_object("echo.c", str(tmp_path_factory.mktemp("bpfcache")))
+def echo(bpf_cache):
+    obj = compile_object("echo.c", bpf_cache)
     with obj:
-        for layout in tg.ECHO_LAYOUTS:
+        for layout in tg_layouts.ECHO_LAYOUTS:
             layout.check_object(obj)
         set_rodata(obj, echo_constants(HOST_MAC, PORTS, (*HOST_V4, *HOST_V6)))
         obj.load()
@@ -139,7 +142,7 @@ def echo(tmp_path_factory):
 
 def test_fuzz_echo(echo):
     fuzz = fz.Run("echo")
-    prog_fd, counter = echo.program("xdp_echo").fd, TypedMap(echo.map("echo_counters"), tg.ECHO_LAYOUTS[0])
+    prog_fd, counter = echo.program("xdp_echo").fd, TypedMap(echo.map("echo_counters"), tg_layouts.ECHO_LAYOUTS[0])
     with fz.one_cpu():  # BPF_PROG_TEST_RUN runs on the calling CPU: its counter is the one that moves
         count = packets(counter)
         for index in range(fz.FRAMES):
@@ -190,16 +193,16 @@ def test_the_echo_answers_only_its_own_hosts_udp(echo, what, frame):
 
 
 @pytest.fixture(scope="module")
-def sender(tmp_path_factory):
+def sender(bpf_cache):
     """A loaded sender with the imix template (3 bases, 16 flows) on a veth in a namespace of its own."""
-    ns = f"{os.environ.get('XDPFLEET_TEST_LAB_PREFIX', 'xt')}fg-{os.getpid()}"
+    ns = f"{LAB_PREFIX}fg-{os.getpid()}"
     sh("ip", "netns", "add", ns)
     try:
         sh("ip", "-n", ns, "link", "add", "tgs", "type", "veth", "peer", "name", "tge")
         with netns(ns):
             template = pt.build(pt.EXAMPLES["imix"], src_mac=port_facts("tgs").mac, dst_mac=HOST_MAC)
-            source, cache = REPO / "bpf" / "trafficgen" / "sender.c", tmp_path_factory.mktemp("bpfcache")
-            path, _ = bpf_build.compile_object(str(source), str(cache), [str(REPO / "bpf" / "include")])
+            source = REPO / "bpf" / "trafficgen" / "sender.c"
+            path, _ = bpf_build.compile_object(str(source), bpf_cache, [str(REPO / "bpf" / "include")])
             with tg.Sender(path, template, "tgs", [0]) as loaded:
                 yield loaded
     finally:

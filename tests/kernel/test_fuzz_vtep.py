@@ -29,13 +29,14 @@ from dataclasses import dataclass
 
 import fuzzlib as fz
 import pytest
-from vtep_netns import VtepNetns, netns, with_vlan_tag
+from conftest import LAB_PREFIX
+from l2lib import PACKET_OUTGOING, netns, receive
+from vtep_netns import VtepNetns, peer_mac, peers
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     AccessPort,
     FdbEntry,
-    Peer,
     TrunkBinding,
     TunnelPort,
     Vni,
@@ -51,28 +52,20 @@ LOCAL_IPS = {"ul": "198.51.100.1", "ul2": "198.51.100.2"}
 STATIONS = [fz.mac(f"02:00:00:00:5a:{n:02x}") for n in range(1, 9)]
 
 
-def peer_mac(ip: str) -> str:
-    return f"02:00:00:00:00:{int(ip.split('.')[-1]):02x}"
-
-
-def peers(via: str, *ips: str) -> tuple[Peer, ...]:
-    return tuple(Peer(ip, via, peer_mac(ip)) for ip in ips)
-
-
 # Every kind of port and VNI: access ports, a trunk with preserved and translated VIDs, two tunnel ports, a peer that
 # serves two VNIs (198.51.100.10), static entries local and remote.
 CONFIG = VtepConfig(
     tunnel_ports=(TunnelPort("ul", LOCAL_IPS["ul"]), TunnelPort("ul2", LOCAL_IPS["ul2"])),
     vnis=(
         Vni(100, (AccessPort("a1"), AccessPort("a2")), (),
-            peers("ul", "198.51.100.10", "198.51.100.11", "198.51.100.12", "198.51.100.13")
-            + peers("ul2", "198.51.100.60"),
+            peers(("198.51.100.10", "198.51.100.11", "198.51.100.12", "198.51.100.13"))
+            + peers(("198.51.100.60",), "ul2"),
             fdb=(FdbEntry(fz.mac("02:00:00:00:5a:07").hex(":"), "a2", None),
                  FdbEntry(fz.mac("02:00:00:00:5a:08").hex(":"), None, "198.51.100.12"))),
-        Vni(200, (AccessPort("a3"),), (), peers("ul", "198.51.100.40", "198.51.100.41")),
-        Vni(110, (), (TrunkBinding("tr", 10),), peers("ul", "198.51.100.10"), vlan_mode="preserve"),
+        Vni(200, (AccessPort("a3"),), (), peers(("198.51.100.40", "198.51.100.41"))),
+        Vni(110, (), (TrunkBinding("tr", 10),), peers(("198.51.100.10",)), vlan_mode="preserve"),
         Vni(210, (), (TrunkBinding("tr", 20),), (), vlan_mode="preserve"),
-        Vni(120, (AccessPort("a4"),), (TrunkBinding("tr", 30),), peers("ul2", "198.51.100.42")),
+        Vni(120, (AccessPort("a4"),), (TrunkBinding("tr", 30),), peers(("198.51.100.42",), "ul2")),
     ),
 )  # fmt: skip
 VNIS = {v.vni: v for v in CONFIG.vnis}
@@ -272,14 +265,10 @@ class Counters:
 
 
 @pytest.fixture(scope="module")
-def vtep(tmp_path_factory):
-    lab = VtepNetns.create(f"{os.environ.get('XDPFLEET_TEST_LAB_PREFIX', 'xt')}fv-{os.getpid()}", PORTS)
-    try:
-        lab.load("native", str(tmp_path_factory.mktemp("bpfcache")))
-        lab.configure(CONFIG)
+def vtep(bpf_cache):
+    name = f"{LAB_PREFIX}fv-{os.getpid()}"
+    with VtepNetns.loaded(name, PORTS, bpf_cache, CONFIG) as lab:
         yield lab
-    finally:
-        lab.close()
 
 
 def check_out(
@@ -389,11 +378,11 @@ def collect(lab: VtepNetns) -> list[tuple[str, bytes]]:
     for name, tap in lab.taps.items():
         while True:
             try:
-                data, ancillary, _, address = tap.sock.recvmsg(65535, 64)
+                frame, pkttype = receive(tap.sock)
             except BlockingIOError:
                 break
-            if address[2] != 4:  # PACKET_OUTGOING
-                copies.append((name, with_vlan_tag(data, ancillary)))
+            if pkttype != PACKET_OUTGOING:
+                copies.append((name, frame))
     return copies
 
 

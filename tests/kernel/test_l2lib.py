@@ -1,24 +1,19 @@
 """tests/l2lib.py on a veth pair between two namespaces <prefix>-l2a and <prefix>-l2b (needs root).
 
-The prefix is the test lab's (XDPFLEET_TEST_LAB_PREFIX, default xt), so that two test sessions never share them.
+The prefix is the test lab's (tests/conftest.py LAB_PREFIX), so that two test sessions or workers never share them.
 """
 
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
-
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import l2lib
+import pytest
+from conftest import LAB_PREFIX
 from l2lib import BROADCAST, Capture, Port, Vlan, build_frame, bum_probe, mac, new_marker, probe, send
 from scapy.layers.l2 import Dot1Q, Ether
 
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
-NS_A, NS_B = f"{PREFIX}-l2a", f"{PREFIX}-l2b"
+NS_A, NS_B = f"{LAB_PREFIX}-l2a", f"{LAB_PREFIX}-l2b"
 OWN_NETNS = os.readlink("/proc/thread-self/ns/net")
 
 
@@ -148,6 +143,6 @@ def test_errors_name_the_namespace_and_interface(pair):
     with pytest.raises(OSError, match=f"{a.ns}: cannot bind to nope0"):
         send(a.ns, "nope0", b"x" * 60)
     with pytest.raises(FileNotFoundError):
-        Capture(f"{PREFIX}-l2-missing", "eth0").start()
+        Capture(f"{LAB_PREFIX}-l2-missing", "eth0").start()
     with pytest.raises(ValueError, match="marker"):
         probe(a, {}, build_frame(BROADCAST, mac(*a)))

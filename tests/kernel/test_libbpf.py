@@ -40,8 +40,8 @@ HITS = bl.MapLayout("hits", ctypes.c_uint32, ctypes.c_uint64)
 
 
 @pytest.fixture(scope="module")
-def fixture_object(tmp_path_factory):
-    path, _ = bpf_build.compile_object(str(FIXTURE_C), str(tmp_path_factory.mktemp("bpfcache")))
+def fixture_object(bpf_cache):
+    path, _ = bpf_build.compile_object(str(FIXTURE_C), bpf_cache)
     return path
 
 
@@ -429,7 +429,7 @@ def counted_object(tmp_path, declared: abi.Abi, name: str) -> str:
     src = tmp_path / name / "counted.c"
     src.parent.mkdir()
     src.write_text(COUNTED_C)
-    (src.parent / declared.header).write_text(declared.render())
+    (src.parent / declared.header).write_text(abi.Header(declared, declared.source, ()).render())
     return bpf_build.compile_object(str(src), str(tmp_path / "cache"))[0]
 
 

@@ -6,25 +6,25 @@ what the instances' own readers (vtep_info's, xdp_filter's, bpf_map_info's) read
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import l2lib
 import pytest
+from conftest import LAB_PREFIX
 from prometheus_client.parser import text_string_to_metric_families
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
-from vtep_netns import ETH_P_ALL, netns, sh
+from vtep_netns import sh
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTION = REPO / "collection"
 ENTRY_POINT = REPO / "roles" / "prometheus_textfile" / "files" / "xdpfleet-metrics"
 OTHER_COUNTERS_C = Path(__file__).parent / "bpf" / "other_counters.c"
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 LOCAL_IP, PEER, STRANGER = "198.51.100.201", "198.51.100.202", "198.51.100.209"
 PEER_MAC = "02:00:00:00:02:02"
 FRAMES = 7
@@ -99,23 +99,15 @@ class Host:
         return subprocess.run(["ip", "netns", "exec", self.netns, *argv], capture_output=True, text=True, check=False)
 
     def send(self, ifname: str, frames: list[bytes]) -> None:
-        with netns(self.netns):
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        with sock:
-            sock.bind((ifname, 0))
-            for frame in frames:
-                sock.send(frame)
+        l2lib.send(self.netns, ifname, frames)
 
 
 @pytest.fixture
-def host(tmp_path):
+def host(tmp_path, bpffs):
     """A namespace with two veth pairs: acc100 and ul are the VTEP's ports, acc100p and ulp their far ends (ulp also
     runs the counter and the filter); a bpffs of the test's own for the pins."""
-    name = f"{PREFIX}-met-{os.getpid()}"
-    bpffs = tmp_path / "bpffs"
-    bpffs.mkdir()
+    name = f"{LAB_PREFIX}-met-{os.getpid()}"
     sh("ip", "netns", "add", name)
-    sh("mount", "-t", "bpf", "bpf", str(bpffs))
     try:
         sh("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
         for port, mtu in (("acc100", "1500"), ("ul", "1600")):
@@ -125,7 +117,6 @@ def host(tmp_path):
                 sh("ip", "-n", name, "link", "set", end, "up")
         yield Host(name, tmp_path, bpffs)
     finally:
-        subprocess.run(["umount", str(bpffs)], check=False)
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 

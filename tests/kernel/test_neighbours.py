@@ -8,9 +8,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import LAB_PREFIX
 
 COLLECTION = Path(__file__).resolve().parents[2] / "collection"
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces need root")
 
@@ -31,7 +31,7 @@ CHILD = textwrap.dedent(
 def test_a_permanent_next_hop_entry_stays_as_it_is():
     """A host that pins its next hop's MAC (nud permanent) keeps it: the refresher's confirmation turned it into an
     incomplete entry, which a next hop that does not answer ARP never fills again."""
-    ns = f"{PREFIX}-neigh-{os.getpid()}"
+    ns = f"{LAB_PREFIX}-neigh-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         for argv in (

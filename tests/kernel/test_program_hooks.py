@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import LAB_PREFIX
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf
@@ -18,7 +19,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program
 
 FIXTURE_C = Path(__file__).parent / "bpf" / "hooks_fixture.c"
 COLLECTION = Path(__file__).resolve().parents[2] / "collection"
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loading BPF programs needs root")
 
@@ -120,7 +120,7 @@ def run(tmp_path_factory, request):
     """The child's whole sequence, run once per tc attach kind in a namespace of its own with a veth v0 <-> v1."""
     cache = tmp_path_factory.mktemp("hooks")
     obj_path, _ = bpf_build.compile_object(str(FIXTURE_C), str(cache / "cache"))
-    name = f"{PREFIX}-hooks-{os.getpid()}"
+    name = f"{LAB_PREFIX}-hooks-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
         # No IPv6 on the veth: its neighbour discovery would be counted with the test's frames.

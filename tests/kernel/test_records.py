@@ -14,11 +14,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import LAB_PREFIX
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTION = REPO / "collection"
 COUNTER = REPO / "bpf" / "counter" / "counter.c"
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loading BPF programs needs root")
 
@@ -61,20 +61,16 @@ STEP = textwrap.dedent(
 
 
 @pytest.fixture
-def host(tmp_path):
+def host(tmp_path, bpffs):
     """A network namespace with a veth, a bpffs for the pins, and the state, cache and pin paths of one host."""
-    netns = f"{PREFIX}-rec-{os.getpid()}"
-    bpffs = tmp_path / "bpffs"
-    bpffs.mkdir()
+    netns = f"{LAB_PREFIX}-rec-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", netns], check=True)
-    subprocess.run(["mount", "-t", "bpf", "bpf", str(bpffs)], check=True)
     try:
         subprocess.run(["ip", "-n", netns, "link", "add", "v0", "type", "veth", "peer", "name", "v1"], check=True)
         for dev in ("v0", "v1"):
             subprocess.run(["ip", "-n", netns, "link", "set", dev, "up"], check=True)
         yield Host(netns, tmp_path / "state", bpffs / "xdpfleet", tmp_path / "cache")
     finally:
-        subprocess.run(["umount", str(bpffs)], check=False)
         subprocess.run(["ip", "netns", "del", netns], check=False)
 
 

@@ -8,19 +8,19 @@ import os
 import re
 
 import pytest
+from conftest import LAB_PREFIX
 from router_netns import E1_V4, E1_V6, E2_V4, E2_V6, R_P1_V4, R_P1_V6, RouterNetns
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and XDP need root")
 
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 TARGET = "198.51.100.80"  # an address behind e2 (on its loopback), routed by r through a route of its own
 
 
 @pytest.fixture(scope="module")
 def router():
-    lab = RouterNetns.create(f"{PREFIX}rt")
+    lab = RouterNetns.create(f"{LAB_PREFIX}rt")
     try:
         first = lab.deploy()
         assert first["changed"] and first["program"] == {"p1": "attach", "p2": "attach"}, first

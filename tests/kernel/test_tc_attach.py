@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import LAB_PREFIX
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf
@@ -21,7 +22,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_C = Path(__file__).parent / "bpf" / "hooks_fixture.c"
-PREFIX = os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loading BPF programs needs root")
 
@@ -198,7 +198,7 @@ def run(tmp_path_factory):
     cache = tmp_path_factory.mktemp("tc_attach")
     obj, _ = bpf_build.compile_object(str(FIXTURE_C), str(cache / "cache"))
     obj_v2, _ = bpf_build.compile_object(str(FIXTURE_C), str(cache / "cache"), defines={"HOOKS_TC_TWICE": None})
-    name = f"{PREFIX}-tca-{os.getpid()}"
+    name = f"{LAB_PREFIX}-tca-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
         subprocess.run(["ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],

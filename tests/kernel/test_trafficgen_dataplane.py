@@ -5,16 +5,18 @@ import os
 import socket
 
 import pytest
+from l2lib import PACKET_OUTGOING, Port, netns, receive, receiving_socket
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
-from vtep_netns import PACKET_AUXDATA, REPO, SOL_PACKET, netns, port_facts, sh, with_vlan_tag
+from vtep_netns import REPO, port_facts, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap, set_rodata
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import XDP_PASS, xdp_return_program
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import layouts as tg_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender as tg_sender
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.echo import echo_constants
@@ -22,7 +24,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.echo im
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and XDP need root")
 
 SENDER, ECHO = "tgs", "tge"
-ETH_P_ALL = 0x0003
 
 
 def compile_source(name: str, cache_dir: str) -> str:
@@ -52,7 +53,7 @@ class Pair:
     def start_echo(self, template: pt.Expanded, mode: str = "native") -> None:
         self.stop_echo()
         self.echo_obj = libbpf.BpfObject(compile_source("echo.c", self.cache_dir))
-        for layout in tg.ECHO_LAYOUTS:
+        for layout in tg_layouts.ECHO_LAYOUTS:
             layout.check_object(self.echo_obj)
         set_rodata(self.echo_obj, echo_constants(self.echo_mac, template.udp_dst_ports, template.dst_addresses))
         self.echo_obj.load()
@@ -70,7 +71,7 @@ class Pair:
         os.close(prog)
 
     def echoed(self) -> int:
-        values = TypedMap(self.echo_obj.map("echo_counters"), tg.ECHO_LAYOUTS[0]).get(0)
+        values = TypedMap(self.echo_obj.map("echo_counters"), tg_layouts.ECHO_LAYOUTS[0]).get(0)
         return sum(v.packets for v in values)
 
     def stop_echo(self) -> None:
@@ -90,22 +91,18 @@ class Pair:
             return sender.run(**kwargs)
 
     def capture(self, sender: tg.Sender, count: int) -> list[bytes]:
-        with netns(self.ns):
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-            sock.bind((ECHO, 0))
-            sock.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE: the whole burst
-            sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
+        sock = receiving_socket(Port(self.ns, ECHO), 16 << 20, force=True)  # the whole burst
         sock.settimeout(0.5)
         try:
             self.run(sender, count=count)
             frames = []
             while True:
                 try:
-                    data, ancillary, _, address = sock.recvmsg(65535, socket.CMSG_SPACE(32))
+                    frame, pkttype = receive(sock)  # as on the wire
                 except TimeoutError:
                     return frames
-                if address[2] != socket.PACKET_OUTGOING:
-                    frames.append(with_vlan_tag(data, ancillary))  # as on the wire
+                if pkttype != PACKET_OUTGOING:
+                    frames.append(frame)
         finally:
             sock.close()
 
@@ -115,8 +112,8 @@ class Pair:
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    p = Pair(f"xg-{os.getpid()}", str(tmp_path_factory.mktemp("bpfcache")))
+def pair(bpf_cache):
+    p = Pair(f"xg-{os.getpid()}", bpf_cache)
     try:
         yield p
     finally:

@@ -283,12 +283,9 @@ class Host:
 
 
 @pytest.fixture(params=VARIANTS)
-def host(request, tmp_path):
+def host(request, tmp_path, bpffs):
     netns = f"{LAB_PREFIX}-cc-{os.getpid()}"
-    bpffs = tmp_path / "bpffs"
-    bpffs.mkdir()
     subprocess.run(["ip", "netns", "add", netns], check=True)
-    subprocess.run(["mount", "-t", "bpf", "bpf", str(bpffs)], check=True)
     try:
         for port in PORTS:
             subprocess.run(["ip", "-n", netns, "link", "add", port, "mtu", "1600" if port == "ul" else "1500",
@@ -297,7 +294,6 @@ def host(request, tmp_path):
                 subprocess.run(["ip", "-n", netns, "link", "set", end, "up"], check=True)
         yield Host(netns, tmp_path, bpffs, VARIANTS[request.param])
     finally:
-        subprocess.run(["umount", str(bpffs)], check=False)
         subprocess.run(["ip", "netns", "del", netns], check=False)
 
 

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 from conftest import LAB_PREFIX
+from l2lib import netns
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
-from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns, netns, port_facts, sh
+from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns, access, peer_mac, peers, port_facts, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, writer
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     AccessPort,
-    Peer,
     TrunkBinding,
     TunnelPort,
     Vni,
@@ -47,25 +47,13 @@ UNDERLAY_MACS = {"ul": "02:00:00:00:bb:01", "ul2": "02:00:00:00:bb:02"}
 HOST_MAC = "02:00:00:00:aa:01"
 
 
-def peer_mac(ip: str) -> str:
-    return f"02:00:00:00:00:{int(ip.split('.')[-1]):02x}"
-
-
-def peers(ips, via="ul"):
-    return tuple(Peer(ip, via, peer_mac(ip)) for ip in sorted(ips))
-
-
-def access(*names):
-    return tuple(AccessPort(name) for name in names)
-
-
 def config(peers_100=PEERS_100) -> VtepConfig:
     return VtepConfig(
         tunnel_ports=(TunnelPort("ul", LOCAL_IP), TunnelPort("ul2", "198.51.100.2")),
         vnis=(
-            Vni(100, access("a1", "a2"), (), peers(peers_100) + peers([SECOND_UPLINK_PEER], via="ul2")),
+            Vni(100, access("a1", "a2"), (), peers(sorted(peers_100)) + peers([SECOND_UPLINK_PEER], via="ul2")),
             Vni(200, access("a3"), (), peers(PEERS_200)),
-            # seed 000's VLAN handling: the tag travels inside the tunnelled frame
+            # vlan_mode preserve: the tag travels inside the tunnelled frame
             Vni(110, (), (TrunkBinding("tr", 10),), peers(PEERS_100[:1]), vlan_mode="preserve"),
             Vni(210, (), (TrunkBinding("tr", 20),), (), vlan_mode="preserve"),
         ),
@@ -73,15 +61,10 @@ def config(peers_100=PEERS_100) -> VtepConfig:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    lab = VtepNetns.create(f"{LAB_PREFIX}v-{os.getpid()}", {"a1": 1500, "a2": 1500, "a3": 1500, "tr": 1500, "ul": 1600,
-                                                  "ul2": 1600}, UNDERLAY_MACS)  # fmt: skip
-    try:
-        lab.load("native", str(tmp_path_factory.mktemp("bpfcache")))
-        lab.configure(config())
+def lab(bpf_cache):
+    ports = {"a1": 1500, "a2": 1500, "a3": 1500, "tr": 1500, "ul": 1600, "ul2": 1600}
+    with VtepNetns.loaded(f"{LAB_PREFIX}v-{os.getpid()}", ports, bpf_cache, config(), UNDERLAY_MACS) as lab:
         yield lab
-    finally:
-        lab.close()
 
 
 @pytest.fixture(params=ATTACHMENTS, ids=ATTACHMENT_IDS)
@@ -150,7 +133,7 @@ def drops(lab, port: str) -> dict:
         ("ul2", vxlan(200, PEERS_200[0], frame("vni200 on ul2"), dst="198.51.100.2"), "not_admitted"),
         ("ul", vxlan(100, PEERS_100[0], frame("no I flag"), flags=0), "malformed"),
         ("ul", vxlan(100, PEERS_100[0], b"")[:-4], "malformed"),
-        # not decapsulated where the kernel would not take the datagram for its own as it is (issue 13)
+        # not decapsulated where the kernel would not take the datagram for its own as it is
         pytest.param(
             "ul", vxlan(100, PEERS_100[0], frame("x"), mac="02:00:00:00:cc:01"), "other_host", id="another-hosts-mac"
         ),

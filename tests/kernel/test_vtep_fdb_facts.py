@@ -41,20 +41,12 @@ def document(fdb_aging: int = 60) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("bpfcache"))
-
-
 @pytest.fixture
-def vtep(cache_dir):
-    lab = VtepNetns.create(f"{LAB_PREFIX}ff-{os.getpid()}", {"a1": 1500, "a2": 1500, "tr": 1500, "ul": 1600})
-    try:
-        lab.load("native", cache_dir)
+def vtep(bpf_cache):
+    ports = {"a1": 1500, "a2": 1500, "tr": 1500, "ul": 1600}
+    with VtepNetns.loaded(f"{LAB_PREFIX}ff-{os.getpid()}", ports, bpf_cache) as lab:
         configure(lab, document())
         yield lab
-    finally:
-        lab.close()
 
 
 def configure(lab: VtepNetns, doc: dict) -> None:

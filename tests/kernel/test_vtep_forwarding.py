@@ -14,14 +14,12 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
-from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns
+from vtep_netns import ATTACHMENT_IDS, ATTACHMENTS, VtepNetns, access, peer_mac, peers
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
-    AccessPort,
     FdbEntry,
-    Peer,
     TrunkBinding,
     TunnelPort,
     Vni,
@@ -41,16 +39,8 @@ FDB_SIZE = 64
 TC_ACT_UNSPEC = -1  # linux/pkt_cls.h; tcx: go on to the next program
 
 
-def peer_mac(ip: str) -> str:
-    return f"02:00:00:00:00:{int(ip.split('.')[-1]):02x}"
-
-
-def access(*names: str) -> tuple[AccessPort, ...]:
-    return tuple(AccessPort(name) for name in names)
-
-
 def config(aging: int = 300, vni100_access=("a1", "a2")) -> VtepConfig:
-    peers = tuple(Peer(ip, "ul", peer_mac(ip)) for ip in PEERS)
+    remote = peers(PEERS)
     return VtepConfig(
         tunnel_ports=(TunnelPort("ul", LOCAL_IP),),
         vnis=(
@@ -59,27 +49,23 @@ def config(aging: int = 300, vni100_access=("a1", "a2")) -> VtepConfig:
                 100,
                 access(*vni100_access),
                 (TrunkBinding("tr", 10), TrunkBinding("tr2", 30)),
-                peers,
+                remote,
                 fdb=(
                     FdbEntry(STATION["pinned"], "a2", None),
                     FdbEntry(STATION["pinned_far"], None, PEERS[2]),
                 ),
             ),
-            Vni(200, access("a3"), (), peers[:1]),
+            Vni(200, access("a3"), (), remote[:1]),
         ),
         fdb_aging=aging,
     )
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    lab = VtepNetns.create(f"{LAB_PREFIX}vf-{os.getpid()}", PORTS, {"ul": UNDERLAY_MAC})
-    try:
-        lab.load("native", str(tmp_path_factory.mktemp("bpfcache")), fdb_size=FDB_SIZE)
-        lab.configure(config())
+def lab(bpf_cache):
+    name = f"{LAB_PREFIX}vf-{os.getpid()}"
+    with VtepNetns.loaded(name, PORTS, bpf_cache, config(), {"ul": UNDERLAY_MAC}, fdb_size=FDB_SIZE) as lab:
         yield lab
-    finally:
-        lab.close()
 
 
 def attached(lab, backend: str, tc_attach: str | None = None):
@@ -417,8 +403,8 @@ def test_a_full_size_tagged_flood_of_a_preserve_vni_reaches_every_member(fresh_x
     the frame: 1522 bytes, which the kernel's devmap refused for the trunk before any egress program ran, uncounted
     (and with it the rest of the broadcast)."""
     fresh = fresh_xdp
-    peers = tuple(Peer(ip, "ul", peer_mac(ip)) for ip in PEERS)
-    preserve = Vni(300, (), (TrunkBinding("tr", 40), TrunkBinding("tr2", 40)), peers, vlan_mode="preserve")
+    remote = peers(PEERS)
+    preserve = Vni(300, (), (TrunkBinding("tr", 40), TrunkBinding("tr2", 40)), remote, vlan_mode="preserve")
     fresh.configure(VtepConfig(config().tunnel_ports, (*config().vnis, preserve)))
     fresh.attach(mode)
     try:

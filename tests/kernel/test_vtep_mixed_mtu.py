@@ -16,7 +16,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
-from vtep_netns import VtepNetns
+from vtep_netns import VtepNetns, peer_mac
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     AccessPort,
@@ -35,10 +35,6 @@ PEERS = {"198.51.100.10": "ul", "198.51.100.11": "ul", "198.51.100.20": "ul2"}  
 SOURCE = "02:00:00:00:5c:01"
 
 
-def peer_mac(ip: str) -> str:
-    return f"02:00:00:00:00:{int(ip.split('.')[-1]):02x}"
-
-
 def config() -> VtepConfig:
     return VtepConfig(
         tunnel_ports=tuple(TunnelPort(port, ip) for port, ip in LOCAL_IPS.items()),
@@ -54,14 +50,9 @@ def config() -> VtepConfig:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    lab = VtepNetns.create(f"{LAB_PREFIX}mm-{os.getpid()}", PORTS, TUNNEL_MACS)
-    try:
-        lab.load("native", str(tmp_path_factory.mktemp("bpfcache")))
-        lab.configure(config())
+def lab(bpf_cache):
+    with VtepNetns.loaded(f"{LAB_PREFIX}mm-{os.getpid()}", PORTS, bpf_cache, config(), TUNNEL_MACS) as lab:
         yield lab
-    finally:
-        lab.close()
 
 
 def broadcast(size: int) -> bytes:

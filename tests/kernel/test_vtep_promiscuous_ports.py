@@ -12,7 +12,8 @@ import sys
 
 import pytest
 from conftest import LAB_PREFIX
-from vtep_netns import REPO, netns, sh
+from l2lib import netns
+from vtep_netns import REPO, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.promisc import PromiscError
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import promiscuous_ports

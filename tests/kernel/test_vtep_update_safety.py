@@ -26,7 +26,8 @@ import sys
 
 import pytest
 from conftest import LAB_PREFIX
-from vtep_netns import REPO, VtepNetns, netns, sh
+from l2lib import netns
+from vtep_netns import REPO, VtepNetns, sh
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, writer
@@ -114,14 +115,10 @@ def dump(lab: VtepNetns) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(bpf_cache):
     ports = {"a1": 1500, "a2": 1500, "a3": 1500, "a4": 1500, "tr": 1500, "ul": 1600, "ul2": 1600}
-    lab = VtepNetns.create(f"{LAB_PREFIX}-rb-{os.getpid()}", ports)
-    try:
-        lab.load("native", str(tmp_path_factory.mktemp("bpfcache")))
+    with VtepNetns.loaded(f"{LAB_PREFIX}-rb-{os.getpid()}", ports, bpf_cache) as lab:
         yield lab
-    finally:
-        lab.close()
 
 
 class Refusals:

@@ -1,14 +1,13 @@
 """A VTEP data plane in one network namespace, driven from the test process (no Ansible): veth pairs whose
 inner ends are VTEP ports and whose outer ends are where tests inject and capture frames.
 
-The test process enters the namespace with setns for BPF calls and socket creation; sockets keep their namespace
-after the process returns to its own.
+The test process enters the namespace (l2lib.netns) for BPF calls; the taps are l2lib's receiving sockets, which
+keep their namespace.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import os
 import socket
@@ -18,40 +17,35 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from l2lib import PACKET_OUTGOING, Port, netns, receive, receiving_socket
+
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts, plan, writer
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import VtepConfig
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import AccessPort, Peer, VtepConfig
 
 REPO = Path(__file__).resolve().parents[2]
-CLONE_NEWNET = 0x40000000
-ETH_P_ALL = 0x0003
 SIOCGIFMTU = 0x8921
 SIOCGIFHWADDR = 0x8927
-SOL_PACKET, PACKET_AUXDATA = 263, 8
-TP_STATUS_VLAN_VALID, TP_STATUS_VLAN_TPID_VALID = 0x10, 0x40
-SO_RCVBUFFORCE = 33
 # What the tests that hold both backends to the same assertions run: the XDP backend, and the TC backend with its
 # tc program attached each way the collection attaches one (tcx, and cls_bpf where a kernel has no tcx).
 ATTACHMENTS = [("xdp", None), ("tc", xp.TC_ATTACH_TCX), ("tc", xp.TC_ATTACH_CLS_BPF)]
 ATTACHMENT_IDS = ["xdp", "tc-tcx", "tc-cls_bpf"]
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
-@contextlib.contextmanager
-def netns(name: str):
-    """Run the block in a network namespace (this thread), then come back."""
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    target = os.open(f"/run/netns/{name}", os.O_RDONLY)
-    try:
-        if _libc.setns(target, CLONE_NEWNET):
-            raise OSError(ctypes.get_errno(), f"setns({name})")
-        yield
-    finally:
-        _libc.setns(own, CLONE_NEWNET)
-        os.close(own)
-        os.close(target)
+def peer_mac(ip: str) -> str:
+    """The MAC the tests give the next hop to a peer VTEP: 02:00:00:00:00 and the last byte of its address."""
+    return f"02:00:00:00:00:{int(ip.split('.')[-1]):02x}"
+
+
+def peers(ips, via: str = "ul") -> tuple[Peer, ...]:
+    """Peer VTEPs at `ips`, in that order, behind tunnel port `via`, each next hop's MAC its peer_mac()."""
+    return tuple(Peer(ip, via, peer_mac(ip)) for ip in ips)
+
+
+def access(*names: str) -> tuple[AccessPort, ...]:
+    return tuple(AccessPort(name) for name in names)
 
 
 def sh(*argv: str) -> None:
@@ -81,25 +75,14 @@ class Tap:
         frames, deadline = [], time.monotonic() + settle
         while time.monotonic() < deadline:
             try:
-                data, ancillary, _, address = self.sock.recvmsg(65535, socket.CMSG_SPACE(32))
+                frame, pkttype = receive(self.sock)
             except BlockingIOError:
                 time.sleep(0.01)
                 continue
-            if address[2] != socket.PACKET_OUTGOING:  # what the test itself sent is not what the VTEP sent
-                frames.append(with_vlan_tag(data, ancillary))
+            if pkttype != PACKET_OUTGOING:  # what the test itself sent is not what the VTEP sent
+                frames.append(frame)
             deadline = time.monotonic() + settle
         return frames
-
-
-def with_vlan_tag(data: bytes, ancillary) -> bytes:
-    """The kernel moves a received 802.1Q tag into the skb; AF_PACKET reports it in PACKET_AUXDATA."""
-    for level, kind, payload in ancillary:
-        if level == SOL_PACKET and kind == PACKET_AUXDATA:
-            status, _, _, _, _, tci, tpid = struct.unpack("IIIHHHH", payload[:20])
-            if status & TP_STATUS_VLAN_VALID:
-                tpid = tpid if status & TP_STATUS_VLAN_TPID_VALID else 0x8100
-                return data[:12] + struct.pack("!HH", tpid, tci) + data[12:]
-    return data
 
 
 @dataclass
@@ -137,13 +120,33 @@ class VtepNetns:
         with netns(name):
             for port in port_mtus:
                 lab.ports[port] = port_facts(port)
-                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-                sock.bind((f"{port}p", 0))
-                sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
-                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)  # whole bursts of copies
-                sock.setblocking(False)
-                lab.taps[port] = Tap(f"{port}p", sock)
+        for port in port_mtus:
+            sock = receiving_socket(Port(name, f"{port}p"), 64 << 20, force=True)  # whole bursts of copies
+            sock.setblocking(False)
+            lab.taps[port] = Tap(f"{port}p", sock)
         return lab
+
+    @classmethod
+    @contextlib.contextmanager
+    def loaded(
+        cls,
+        name: str,
+        port_mtus: dict[str, int],
+        cache_dir: str,
+        config: VtepConfig | None = None,
+        macs: dict[str, str] | None = None,
+        fdb_size: int | None = None,
+    ):
+        """The namespace of create(), the data plane loaded in native XDP mode (and configured to `config`) for the
+        block, removed after it."""
+        lab = cls.create(name, port_mtus, macs)
+        try:
+            lab.load("native", cache_dir, fdb_size=fdb_size)
+            if config is not None:
+                lab.configure(config)
+            yield lab
+        finally:
+            lab.close()
 
     def load(self, mode: str, cache_dir: str, fdb_size: int | None = None) -> None:
         """Compile and load the data plane, both objects on one set of maps (its learned FDB sized as a document's

@@ -9,6 +9,7 @@ import pytest
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import sources
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import lab as labutil
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import lab_spec, lab_state
 
 NOBODY = 65534
 
@@ -41,14 +42,14 @@ def test_a_file_another_user_owns_is_not_trusted(tmp_path):
 def test_a_lab_dir_another_user_made_is_refused_and_left_alone(tmp_path):
     lab_dir = tmp_path / "lab"
     lab_dir.mkdir(mode=0o700)
-    (lab_dir / labutil.STATE_FILE).write_text('{"status": "up", "hosts": {}}')
+    (lab_dir / lab_state.STATE_FILE).write_text('{"status": "up", "hosts": {}}')
     os.chown(lab_dir, NOBODY, NOBODY)
     rule = rf"^lab_dir: {lab_dir} belongs to uid 65534, not to uid 0"
     try:
-        with pytest.raises(labutil.LabError, match=rule):
-            labutil.load_state(str(lab_dir))
-        with pytest.raises(labutil.LabError, match=rule):
+        with pytest.raises(lab_spec.LabError, match=rule):
+            lab_state.load_state(str(lab_dir))
+        with pytest.raises(lab_spec.LabError, match=rule):
             labutil.down("lsown", str(lab_dir))  # nothing of prefix lsown exists: the refusal comes first
-        assert (lab_dir / labutil.STATE_FILE).exists(), "nothing removed"
+        assert (lab_dir / lab_state.STATE_FILE).exists(), "nothing removed"
     finally:
         os.chown(lab_dir, 0, 0)  # so that the next run's cleanup of the temporary directories, without privilege, can

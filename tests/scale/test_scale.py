@@ -26,15 +26,11 @@ import ipaddress
 import math
 import os
 import signal
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lablib import REPO, Lab, run_playbook
 
 PREFIX = os.environ.get("XDPFLEET_SCALE_LAB_PREFIX", "xs")

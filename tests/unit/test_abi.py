@@ -1,39 +1,36 @@
-"""One source for each C/Python interface: a data plane's numbers are declared in plugins/module_utils/<plane>/abi.py,
-its committed C header is what that declaration renders, and the objects compiled from its C carry the same numbers
-in their BTF, which the map layouts check before a load.
+"""One source for each C/Python interface: a data plane's numbers are declared in plugins/module_utils/<plane>/abi.py
+and its map keys and values in layouts.py, its committed C header is what those declarations render, and the objects
+compiled from its C carry the same numbers and structs in their BTF, which the map layouts check before a load.
 
 No root and no kernel: clang compiles, and libbpf only opens the objects (reading their BTF needs no load).
 """
 
+import ctypes
 import dataclasses
+import importlib
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "collection"))
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf, LayoutMismatch
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import layouts as tg_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import abi as vtep_abi
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts as vtep_layouts
 
-ABIS = {found.name: found for found in abi.collection_abis(str(REPO))}
+HEADERS = {found.abi.name: found for found in abi.collection_headers(str(REPO))}
+ABIS = {name: header.abi for name, header in HEADERS.items()}
 
 
-def compile_in(tree: Path, source: str, cache: Path) -> str:
-    path, _ = bpf_build.compile_object(str(tree / source), str(cache), [str(tree / "bpf" / "include")])
+def compile_in(tree: Path, source: str, bpf_cache: str) -> str:
+    path, _ = bpf_build.compile_object(str(tree / source), bpf_cache, [str(tree / "bpf" / "include")])
     return path
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("bpfcache")
 
 
 def test_every_data_plane_with_shared_numbers_declares_them():
@@ -42,12 +39,32 @@ def test_every_data_plane_with_shared_numbers_declares_them():
         assert (REPO / declared.source).is_file(), declared.source
 
 
-@pytest.mark.parametrize("name", sorted(ABIS))
+@pytest.mark.parametrize("name", sorted(HEADERS))
 def test_the_committed_header_is_what_python_renders(name):
-    declared = ABIS[name]
-    assert (REPO / declared.header).read_text() == declared.render(), (
-        f"{declared.header} differs from {declared.source}: run `make abi`"
+    declared = HEADERS[name]
+    assert (REPO / declared.path).read_text() == declared.render(), (
+        f"{declared.path} differs from {declared.abi.source} and {declared.layouts}: run `make abi`"
     )
+
+
+@pytest.mark.parametrize("name", sorted(HEADERS))
+def test_every_struct_of_a_map_is_generated(name):
+    """Each map's key and value struct, of every layout the plane's layouts.py declares, is in its header (and with
+    it every struct it holds: rendering refuses one that is not declared before)."""
+    declared = HEADERS[name]
+    module = importlib.import_module(
+        "ansible_collections.xdpfleet.fabric." + declared.layouts.removesuffix(".py").replace("/", ".")
+    )
+    layouts = [
+        item
+        for value in vars(module).values()
+        if isinstance(value, (dict, tuple))
+        for item in (value.values() if isinstance(value, dict) else value)
+        if isinstance(item, MapLayout)
+    ]
+    assert layouts
+    structs = {t for layout in layouts for t in (layout.key, layout.value) if issubclass(t, ctypes.Structure)}
+    assert structs <= set(declared.structs), sorted(t.__name__ for t in structs - set(declared.structs))
 
 
 def test_every_generated_header_has_its_declaration():
@@ -62,11 +79,11 @@ def objects_of(declared: abi.Abi) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(ABIS))
-def test_compiled_objects_carry_the_python_numbers_in_their_btf(name, cache):
+def test_compiled_objects_carry_the_python_numbers_in_their_btf(name, bpf_cache):
     declared = ABIS[name]
     assert objects_of(declared)
     for source in objects_of(declared):
-        with libbpf.BpfObject(compile_in(REPO, source, cache)) as obj:
+        with libbpf.BpfObject(compile_in(REPO, source, bpf_cache)) as obj:
             declared.check_object(obj)
             assert set(abi.declared_enums(Btf(obj.btf))) == {enum.name for enum in declared.enums}, source
 
@@ -87,12 +104,12 @@ def edited_tree(tmp_path: Path, header: str, edits: dict[str, str]) -> Path:
     ("source", "layout", "first", "second", "numbers"),
     [
         ("bpf/vtep/vtep_xdp.c", vtep_layouts.LAYOUTS["port_stats"], "DROP_MTU", "DROP_NO_PEER", (9, 10)),
-        ("bpf/trafficgen/sender.c", tg.SENDER_LAYOUTS["tg_entries"], "TG_DIFF_U16", "TG_DIFF_U32", (2, 4)),
+        ("bpf/trafficgen/sender.c", tg_layouts.SENDER_LAYOUTS["tg_entries"], "TG_DIFF_U16", "TG_DIFF_U32", (2, 4)),
     ],
     ids=["vtep", "trafficgen"],
 )
 def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
-    tmp_path, cache, source, layout, first, second, numbers
+    tmp_path, bpf_cache, source, layout, first, second, numbers
 ):
     """A header edited by hand (or an object from another version) numbers two members the other way round: the
     layout check that runs before every load refuses the object, naming both, where the data plane would otherwise
@@ -102,8 +119,8 @@ def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
     tree = edited_tree(
         tmp_path, header, {f"\t{first} = {a},": f"\t{first} = {b},", f"\t{second} = {b},": f"\t{second} = {a},"}
     )
-    assert (tree / header).read_text() != layout.abi.render()
-    with libbpf.BpfObject(compile_in(tree, source, cache)) as obj, pytest.raises(abi.AbiMismatch) as caught:
+    assert (tree / header).read_text() != HEADERS[layout.abi.name].render()
+    with libbpf.BpfObject(compile_in(tree, source, bpf_cache)) as obj, pytest.raises(abi.AbiMismatch) as caught:
         layout.check_object(obj)
     enum = next(e.name for e in layout.abi.enums if first in e.values())
     assert str(caught.value) == (
@@ -113,26 +130,128 @@ def test_a_c_enum_out_of_step_with_python_fails_before_the_load(
     )
 
 
-def test_a_python_declaration_out_of_step_with_the_object_fails(cache):
-    path = compile_in(REPO, "bpf/vtep/vtep_xdp.c", cache)
+def test_a_python_declaration_out_of_step_with_the_object_fails(bpf_cache):
+    path = compile_in(REPO, "bpf/vtep/vtep_xdp.c", bpf_cache)
     members = {m[0]: m for m in vtep_abi.PORT_KIND.members}
     reordered = dataclasses.replace(
         vtep_abi.PORT_KIND,
         members=(members["PORT_NONE"], ("PORT_TRUNK", 1, ""), ("PORT_ACCESS", 2, ""), members["PORT_TUNNEL"]),
     )
     grown = dataclasses.replace(vtep_abi.LIMITS, members=(*vtep_abi.LIMITS.members, ("VTEP_MAX_TRUNKS", 64, "")))
-    changed = dataclasses.replace(vtep_abi.ABI, enums=(reordered, grown))
+    others = tuple(e for e in vtep_abi.ABI.enums if e not in (vtep_abi.PORT_KIND, vtep_abi.LIMITS))
+    changed = dataclasses.replace(vtep_abi.ABI, enums=(reordered, grown, *others))
     with libbpf.BpfObject(path) as obj:
         assert changed.problems(Btf(obj.btf)) == [
             "enum port_kind: PORT_TRUNK is 1 in Python, 2 in the object",
             "enum port_kind: PORT_ACCESS is 2 in Python, 1 in the object",
             "enum vtep_limits: VTEP_MAX_TRUNKS only in Python",
         ]
-    assert changed.render() != (REPO / vtep_abi.ABI.header).read_text()
+    assert dataclasses.replace(HEADERS["vtep"], abi=changed).render() != (REPO / vtep_abi.ABI.header).read_text()
 
 
-def test_an_object_without_the_header_is_refused(cache):
-    path = compile_in(REPO, "bpf/counter/counter.c", cache)
+@pytest.mark.parametrize("name", sorted(HEADERS))
+def test_a_struct_changed_in_python_leaves_the_committed_header_stale(name):
+    """The structs are part of what the header renders: a layout whose last two members trade places (the same
+    size, what no _Static_assert in C notices) renders another header, so the test above fails until `make abi`."""
+    declared = HEADERS[name]
+    struct = declared.structs[-1]
+    *kept, last, before_last = struct._members_  # the last two, swapped
+
+    @abi.c_struct(struct._c_name_)
+    class Reordered(ctypes.Structure):
+        _members_ = (*kept, last, before_last)
+
+    changed = dataclasses.replace(declared, structs=(*declared.structs[:-1], Reordered))
+    assert changed.render() != (REPO / declared.path).read_text()
+
+
+VTEP_HEADER = "bpf/vtep/vtep_abi.h"
+
+
+@pytest.mark.parametrize(
+    ("source", "header", "layout", "edits", "problem"),
+    [
+        (
+            "bpf/vtep/vtep_xdp.c",
+            VTEP_HEADER,
+            vtep_layouts.LAYOUTS["port_vnis"],
+            {
+                "\t__u16 vni_slot; /* the VNI's slot */": "\t__u16 peers;",
+                "\t__u16 peers; /* tunnel:": "\t__u16 vni_slot; /*",
+            },
+            "value: fields ['vid', 'vni_slot', 'peers', 'flags', 'first_peer'] in Python, "
+            "['vid', 'peers', 'vni_slot', 'flags', 'first_peer'] in the object's BTF (struct port_vni)",
+        ),
+        (
+            "bpf/vtep/vtep_tc.c",
+            VTEP_HEADER,
+            vtep_layouts.LAYOUTS["fdb"],
+            {
+                "\t__u8 mac[6];\n\t__u16 pad;\n};\n_Static_assert(sizeof(struct fdb_key)": (
+                    "\t__u8 mac[6];\n\t__u8 pad[2];\n};\n_Static_assert(sizeof(struct fdb_key)"
+                )
+            },
+            "key.pad: an integer in Python, array in the object's BTF",
+        ),
+        (
+            "bpf/trafficgen/sender.c",
+            "bpf/trafficgen/trafficgen_abi.h",
+            tg_layouts.SENDER_LAYOUTS["tg_entries"],
+            {"\t__u8 size; /* enum tg_diff_size */": "\t__s8 size;"},
+            "value.diffs[].size: signedness differs (c_ubyte in Python, int signed char in BTF)",
+        ),
+    ],
+    ids=["reordered", "integer-to-array", "signedness"],
+)
+def test_a_c_struct_out_of_step_with_python_fails_before_the_load(
+    tmp_path, bpf_cache, source, header, layout, edits, problem
+):
+    """A generated struct edited by hand, in ways that keep its size (its _Static_assert holds and the object
+    compiles): the layout check that runs before every load refuses the object, naming the map and the member."""
+    tree = edited_tree(tmp_path, header, edits)
+    with libbpf.BpfObject(compile_in(tree, source, bpf_cache)) as obj, pytest.raises(LayoutMismatch) as caught:
+        layout.check_object(obj)
+    assert str(caught.value) == f"map {layout.map_name}: layout differs from the BPF object: {problem}"
+
+
+def test_a_c_struct_of_another_size_does_not_compile(tmp_path, bpf_cache):
+    """A hand edit that changes a generated struct's size stops at its _Static_assert, before any object exists."""
+    edit = {"\t__u8 pad;\n\t__u8 name[": "\t__u16 pad;\n\t__u8 name["}
+    tree = edited_tree(tmp_path, "bpf/filter/filter_abi.h", edit)
+    with pytest.raises(bpf_build.CompileError, match="the size of FilterRule in Python"):
+        compile_in(tree, "bpf/filter/filter.c", bpf_cache)
+
+
+def test_struct_declarations_are_checked():
+    u8, u32 = ctypes.c_uint8, ctypes.c_uint32
+
+    @abi.c_struct("inner")
+    class Inner(ctypes.Structure):
+        """What it holds."""
+
+        _members_ = (abi.Field("addr", u32, "an address", network_order=True), abi.Field("mac", u8 * 6))
+
+    @abi.c_struct("outer")
+    class Outer(ctypes.Structure):
+        _members_ = (abi.Field("count", u32), abi.Field("inner", Inner * 2, length="TWO"))
+
+    assert abi.render_struct(Inner, {}, set()) == (
+        "/* What it holds. */\nstruct inner {\n\t__be32 addr; /* an address */\n\t__u8 mac[6];\n};\n"
+        '_Static_assert(sizeof(struct inner) == 12, "the size of Inner in Python");'
+    )
+    assert "\tstruct inner inner[TWO];\n" in abi.render_struct(Outer, {"TWO": 2}, {"inner"})
+    with pytest.raises(ValueError, match=r"struct outer\.inner: struct inner is not declared before"):
+        abi.render_struct(Outer, {"TWO": 2}, set())
+    with pytest.raises(ValueError, match=r"struct outer\.inner: 2 elements, but TWO is 3"):
+        abi.render_struct(Outer, {"TWO": 3}, {"inner"})
+    with pytest.raises(ValueError, match=r"network order is for unsigned 16, 32 or 64-bit integers$"):
+        abi.Field("b", u8, network_order=True).c_declaration()
+    with pytest.raises(ValueError, match="c_double has no C type here"):
+        abi.Field("d", ctypes.c_double).c_declaration()
+
+
+def test_an_object_without_the_header_is_refused(bpf_cache):
+    path = compile_in(REPO, "bpf/counter/counter.c", bpf_cache)
     with libbpf.BpfObject(path) as obj:
         assert vtep_abi.ABI.problems(Btf(obj.btf)) == [
             "it declares no enums (no section .xdpfleet_abi): it was not built with bpf/vtep/vtep_abi.h"
@@ -168,19 +287,19 @@ def test_enum_declarations_are_checked():
     assert abi.Enum("e", "", (("E_B", 1, ""), ("E_A", 0, ""))).labels("E_") == {0: "a", 1: "b"}
 
 
-@pytest.mark.parametrize("name", sorted(ABIS))
+@pytest.mark.parametrize("name", sorted(HEADERS))
 def test_generated_headers_keep_to_the_line_width(name):
-    for line in ABIS[name].render().splitlines():
+    for line in HEADERS[name].render().splitlines():
         assert len(line.expandtabs(8)) <= abi.LINE_WIDTH, line
 
 
-def test_counter_is_read_by_the_names_its_btf_gives(cache):
+def test_counter_is_read_by_the_names_its_btf_gives(bpf_cache):
     """The counter shares no numbers with Python: bpf_map_info decodes its map by BTF and set_rodata finds its
     knob by name. What the xdp_counter role names must therefore be in the object's BTF."""
     tasks = REPO / "roles" / "xdp_counter" / "tasks"
     read = yaml.safe_load((tasks / "read.yml").read_text())[0]["xdpfleet.fabric.bpf_map_info"]
     attach = yaml.safe_load((tasks / "main.yml").read_text())[0]["xdpfleet.fabric.xdp_program"]
-    with libbpf.BpfObject(compile_in(REPO, "bpf/counter/counter.c", cache)) as obj:
+    with libbpf.BpfObject(compile_in(REPO, "bpf/counter/counter.c", bpf_cache)) as obj:
         btf = Btf(obj.btf)
         counters = obj.map(read["map"])
         fields = [name for name, *_ in btf.struct_members(counters.btf_value_type_id)]

@@ -10,10 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from lablib import run_playbook
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as packet_templates

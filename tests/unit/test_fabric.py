@@ -4,15 +4,9 @@ refuses what it must, naming the host and the field the user wrote."""
 
 import copy
 import ipaddress
-import sys
-from pathlib import Path
-
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fabric_cases
+import pytest
 from fabric_cases import INVALID, invalid, lab_fleet, written
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.fabric import derive, fleet

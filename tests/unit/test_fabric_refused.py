@@ -8,17 +8,12 @@ problem comes from (VIA_PLAYBOOK) goes through the playbook, which is what this 
 stops the play and reaches the user. (All of INVALID through the playbook took about 77 s of the unit tier.)
 """
 
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import fabric_cases
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import fabric_cases
 from fabric_cases import INVALID, LAB, invalid
 from lablib import REPO, run_playbook
 

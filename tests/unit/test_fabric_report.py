@@ -5,16 +5,11 @@ takes its input from the hosts' facts (no host is contacted, no root needed)."""
 
 import json
 import re
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from lablib import run_playbook
 
 from ansible_collections.xdpfleet.fabric.plugins.action import fabric_report

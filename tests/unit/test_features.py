@@ -133,7 +133,7 @@ def test_a_kernel_with_everything_supports_every_plane_and_variant():
 
 
 def test_a_kernel_without_open_coded_iterators_refuses_the_vtep_tc_backend_naming_kfunc_program_and_version():
-    """Debian 12's 6.1: vtep_replicate is the tc backend's object alone, so the XDP backend runs there (issue 24)."""
+    """Debian 12's 6.1: vtep_replicate is the tc backend's object alone, so the XDP backend runs there."""
     kernel = catalog_kernel(without=("bpf_iter_num_new", "bpf_iter_num_next", "bpf_iter_num_destroy"))
     assert vtep_needs.NEEDS.problems(kernel, vtep_needs.variant("xdp")) == []
     problems = vtep_needs.NEEDS.problems(kernel, vtep_needs.variant("tc"))

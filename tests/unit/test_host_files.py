@@ -64,3 +64,14 @@ def test_records_are_private_and_replaced_whole(tmp_path):
     assert oct(record.stat().st_mode & 0o777) == "0o600"
     assert sorted(p.name for p in record.parent.iterdir()) == ["x.json"], "no temporary file left"
     assert files.remove_durably(str(record)) and not files.remove_durably(str(record))
+
+
+def test_replace_keeping_owner_keeps_the_mode_and_makes_a_new_file_0644(tmp_path):
+    kept, new = tmp_path / "grub", tmp_path / "new"
+    kept.write_text("old\n")
+    kept.chmod(0o640)
+    files.replace_keeping_owner(str(kept), b"GRUB=\xff\n")
+    files.replace_keeping_owner(str(new), b"x\n")
+    assert kept.read_bytes() == b"GRUB=\xff\n"
+    assert (oct(kept.stat().st_mode & 0o7777), oct(new.stat().st_mode & 0o7777)) == ("0o640", "0o644")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grub", "new"], "no temporary file left"

@@ -5,14 +5,14 @@ reboot_required, and bad input. Fixture origins: tests/unit/fixtures/kernel_cmdl
 import difflib
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
-
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import kernel_cmdline as kc
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import kernel_cmdline_args as ka
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import kernel_cmdline_bootloaders as kb
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import kernel_cmdline_shell as ksh
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kernel_cmdline"
 NO_IOMMU_CMDLINE = "BOOT_IMAGE=/boot/vmlinuz-6.1.0-27-amd64 root=UUID=0b1f ro quiet\n"
@@ -78,11 +78,11 @@ class Host:
     ],
 )
 def test_cmdline_renders_back_exactly(text):
-    assert kc.Cmdline.parse(text).render() == text
+    assert ka.Cmdline.parse(text).render() == text
 
 
 def test_kernel_splitting_quotes_repeats_and_values_with_equals():
-    cmdline = kc.Cmdline.parse('console=tty0 foo="a b" console=ttyS0,115200 root=UUID=ab=cd "bar=x y" nosmt')
+    cmdline = ka.Cmdline.parse('console=tty0 foo="a b" console=ttyS0,115200 root=UUID=ab=cd "bar=x y" nosmt')
     assert cmdline.args == [
         "console=tty0",
         'foo="a b"',
@@ -91,20 +91,20 @@ def test_kernel_splitting_quotes_repeats_and_values_with_equals():
         '"bar=x y"',
         "nosmt",
     ]
-    assert [kc.key_of(a) for a in cmdline.args] == ["console", "foo", "console", "root", "bar", "nosmt"]
-    assert kc.plain('foo="a b"') == kc.plain('"foo=a b"') == "foo=a b"
-    assert kc.matches("root", "root=UUID=ab=cd") and kc.matches("root=UUID=ab=cd", "root=UUID=ab=cd")
-    assert not kc.matches("console=tty0", "console=ttyS0,115200")
+    assert [ka.key_of(a) for a in cmdline.args] == ["console", "foo", "console", "root", "bar", "nosmt"]
+    assert ka.plain('foo="a b"') == ka.plain('"foo=a b"') == "foo=a b"
+    assert ka.matches("root", "root=UUID=ab=cd") and ka.matches("root=UUID=ab=cd", "root=UUID=ab=cd")
+    assert not ka.matches("console=tty0", "console=ttyS0,115200")
 
 
 def test_arguments_after_the_double_dash_belong_to_init():
-    lab = kc.Cmdline.parse((FIXTURES / "lab_proc_cmdline").read_text())
+    lab = ka.Cmdline.parse((FIXTURES / "lab_proc_cmdline").read_text())
     assert lab.args[0].startswith("mitigations=") and lab.args[-1] == "rdinit=/process_api"
     assert "--firecracker-init" not in lab.args
-    edited, added, removed = kc.apply_request(kc.Cmdline.parse("ro quiet -- quiet single"), ["iommu=pt"], ["quiet"])
+    edited, added, removed = ka.apply_request(ka.Cmdline.parse("ro quiet -- quiet single"), ["iommu=pt"], ["quiet"])
     assert edited.render() == "ro iommu=pt -- quiet single"
     assert (added, removed) == (["iommu=pt"], ["quiet"])
-    assert kc.apply_request(kc.Cmdline.parse("-- single"), ["nosmt"], [])[0].render() == "nosmt -- single"
+    assert ka.apply_request(ka.Cmdline.parse("-- single"), ["nosmt"], [])[0].render() == "nosmt -- single"
 
 
 @pytest.mark.parametrize(
@@ -121,63 +121,63 @@ def test_arguments_after_the_double_dash_belong_to_init():
     ],
 )
 def test_shell_word_unquoting(word, value, style):
-    end, got, got_style = kc._scan_word(word + "  # comment", 0)
+    end, got, got_style = ksh._scan_word(word + "  # comment", 0)
     assert (got, got_style, end) == (value, style, len(word))
 
 
 @pytest.mark.parametrize("word", ['"$GRUB_CMDLINE_LINUX_DEFAULT iommu=pt"', "$(cat x)", '"`id`"', '"open', "'open"])
 def test_shell_words_this_module_does_not_evaluate(word):
     with pytest.raises(ValueError, match=r"expansion|unterminated"):
-        kc._scan_word(word, 0)
+        ksh._scan_word(word, 0)
 
 
 @pytest.mark.parametrize("style", ['"', "'", ""])
 def test_shell_quote_round_trips(style):
     for value in ["quiet", 'quiet foo="a b" x=$y', "it's", ""]:
-        quoted = kc.shell_quote(value, style)
-        assert kc.shell_unquote(quoted) == value
+        quoted = ksh.shell_quote(value, style)
+        assert ksh.shell_unquote(quoted) == value
 
 
 def test_the_last_uncommented_assignment_is_the_one():
     text = (FIXTURES / "tuned_grub").read_text()
-    found = kc.find_assignment(text, "GRUB_CMDLINE_LINUX_DEFAULT")
+    found = ksh.find_assignment(text, "GRUB_CMDLINE_LINUX_DEFAULT")
     assert found.value.startswith("quiet  console=tty0")
     assert text[found.end :].startswith("  # tuned 2025-03")
-    assert kc.find_assignment("X=1\nexport X='2'\n", "X").value == "2"
-    assert kc.find_assignment("GRUB_CMDLINE_LINUX_DEFAULT_EXTRA=1\n", "GRUB_CMDLINE_LINUX_DEFAULT") is None
+    assert ksh.find_assignment("X=1\nexport X='2'\n", "X").value == "2"
+    assert ksh.find_assignment("GRUB_CMDLINE_LINUX_DEFAULT_EXTRA=1\n", "GRUB_CMDLINE_LINUX_DEFAULT") is None
 
 
 # ------------------------------------------------------------------------------------------ planned edits
 
 
 def test_once_only_keys_are_replaced_in_place_others_appended():
-    cmdline = kc.Cmdline.parse("iommu=nopt console=tty0 quiet iommu=soft")
-    edited, added, removed = kc.apply_request(cmdline, ["iommu=pt", "console=ttyS0"], [])
+    cmdline = ka.Cmdline.parse("iommu=nopt console=tty0 quiet iommu=soft")
+    edited, added, removed = ka.apply_request(cmdline, ["iommu=pt", "console=ttyS0"], [])
     assert edited.render() == "iommu=pt console=tty0 quiet console=ttyS0"
     assert added == ["iommu=pt", "console=ttyS0"]
     assert removed == ["iommu=nopt", "iommu=soft"]
     # Already there: a stray second value of a once-only key still goes.
-    edited, added, removed = kc.apply_request(kc.Cmdline.parse("iommu=pt x iommu=nopt"), ["iommu=pt"], [])
+    edited, added, removed = ka.apply_request(ka.Cmdline.parse("iommu=pt x iommu=nopt"), ["iommu=pt"], [])
     assert (edited.render(), added, removed) == ("iommu=pt x", [], ["iommu=nopt"])
 
 
 def test_hugepage_pairs_repeat():
-    cmdline = kc.Cmdline.parse("hugepagesz=1G hugepages=4")
-    edited, added, _ = kc.apply_request(cmdline, ["hugepagesz=2M", "hugepages=512"], [])
+    cmdline = ka.Cmdline.parse("hugepagesz=1G hugepages=4")
+    edited, added, _ = ka.apply_request(cmdline, ["hugepagesz=2M", "hugepages=512"], [])
     assert edited.args == ["hugepagesz=1G", "hugepages=4", "hugepagesz=2M", "hugepages=512"]
     assert added == ["hugepagesz=2M", "hugepages=512"]
 
 
 def test_absent_by_key_or_exact_argument():
-    cmdline = kc.Cmdline.parse('console=tty0 quiet console=ttyS0 "console=x y" splash')
-    assert kc.apply_request(cmdline, [], ["console"])[0].render() == "quiet splash"
-    assert kc.apply_request(cmdline, [], ["console=ttyS0"])[0].args == [
+    cmdline = ka.Cmdline.parse('console=tty0 quiet console=ttyS0 "console=x y" splash')
+    assert ka.apply_request(cmdline, [], ["console"])[0].render() == "quiet splash"
+    assert ka.apply_request(cmdline, [], ["console=ttyS0"])[0].args == [
         "console=tty0",
         "quiet",
         '"console=x y"',
         "splash",
     ]
-    assert kc.apply_request(cmdline, [], ["console=x y"])[2] == ['"console=x y"']
+    assert ka.apply_request(cmdline, [], ["console=x y"])[2] == ['"console=x y"']
 
 
 def test_debian_file_only_the_variable_line_changes(tmp_path):
@@ -263,7 +263,7 @@ def test_restore_without_update_command_runs_the_one_the_change_was_made_with(tm
     the command the change was applied with, not today's default. With [] (the lab, a host whose bootloader reads the
     file another way) none; with a command, that one. This machine has neither update-grub nor grub2-mkconfig, which
     the default would want."""
-    assert kc.which("update-grub") is None and kc.which("grub2-mkconfig") is None
+    assert kb.which("update-grub") is None and kb.which("grub2-mkconfig") is None
     host = Host(tmp_path)
     host.run(present=["iommu=pt"], update_command=[])
     restored = host.run(state="restore", update_command=None)
@@ -352,8 +352,8 @@ def test_restore_keeps_later_user_edits_and_puts_removed_back_in_place(tmp_path)
     # The user's own edit after ours: another argument, by hand.
     host.grub.write_text(host.text().replace("iommu=pt", "iommu=pt nosmt"))
     host.run(state="restore")
-    value = kc.find_assignment(host.text(), "GRUB_CMDLINE_LINUX_DEFAULT").value
-    assert kc.Cmdline.parse(value).args == [
+    value = ksh.find_assignment(host.text(), "GRUB_CMDLINE_LINUX_DEFAULT").value
+    assert ka.Cmdline.parse(value).args == [
         "quiet",
         "console=tty0",
         "console=ttyS0,115200n8",
@@ -392,6 +392,16 @@ def test_a_record_for_another_target_must_be_restored_first(tmp_path):
         host.run(grub_variable="GRUB_CMDLINE_LINUX", present=["nosmt"])
 
 
+def test_a_corrupt_record_stops_the_module_naming_the_file_and_changes_nothing(tmp_path):
+    host = Host(tmp_path)
+    host.state_dir.mkdir()
+    (host.state_dir / kc.STATE_FILE).write_text('{"bootloader": "gr')
+    for state in ("present", "restore"):
+        with pytest.raises(kc.KernelCmdlineError, match=rf"^state_dir: the record {host.state_dir}/\S+ is corrupt"):
+            host.run(state=state, present=["iommu=pt"])
+    assert host.grub.read_bytes() == host.original
+
+
 # ------------------------------------------------------------------------------------------ grubby
 
 
@@ -420,15 +430,15 @@ OLD_KERNEL = "/boot/vmlinuz-5.14.0-362.8.1.el9_3.x86_64"
 
 
 def test_grubby_info_fixture_parses():
-    kernels = kc.parse_grubby_info((FIXTURES / "grubby_info_all.txt").read_text())
+    kernels = kb.parse_grubby_info((FIXTURES / "grubby_info_all.txt").read_text())
     assert list(kernels) == [NEW_KERNEL, OLD_KERNEL]
     assert kernels[NEW_KERNEL].startswith("ro crashkernel=") and kernels[NEW_KERNEL].endswith("quiet iommu=nopt")
     # Older grubby-bls prints kernel= without quotes.
-    assert kc.parse_grubby_info('index=0\nkernel=/boot/vmlinuz-1\nargs="ro"\n') == {"/boot/vmlinuz-1": "ro"}
+    assert kb.parse_grubby_info('index=0\nkernel=/boot/vmlinuz-1\nargs="ro"\n') == {"/boot/vmlinuz-1": "ro"}
 
 
 def test_grubby_command_from_the_fixture():
-    grubby = kc.Grubby("/usr/sbin/grubby", FakeGrubby())
+    grubby = kb.Grubby("/usr/sbin/grubby", FakeGrubby())
     plan = grubby.plan_present(["iommu=pt", "intel_iommu=on"], ["rhgb"])
     assert plan.commands == [
         [
@@ -441,7 +451,7 @@ def test_grubby_command_from_the_fixture():
     assert plan.after[OLD_KERNEL].endswith("quiet iommu=pt intel_iommu=on")
     assert "rhgb" not in plan.after[NEW_KERNEL]
     # One kernel lacking it is enough for a change; none lacking it is none.
-    assert kc.Grubby("grubby", FakeGrubby()).plan_present(["quiet"], []).commands == []
+    assert kb.Grubby("grubby", FakeGrubby()).plan_present(["quiet"], []).commands == []
 
 
 def grubby_params(tmp_path, **params):
@@ -516,9 +526,9 @@ def test_grubby_failure_names_the_command_and_keeps_no_record(grubby_host):
 def test_grubby_kernelopts_is_refused_other_variables_are_kept():
     info = 'index=0\nkernel="/boot/vmlinuz-4.18"\nargs="$kernelopts"\n'
     with pytest.raises(kc.KernelCmdlineError, match=r"^bootloader: .*\$kernelopts .*does not evaluate"):
-        kc.Grubby("grubby", FakeGrubby(info))
+        kb.Grubby("grubby", FakeGrubby(info))
     info = 'index=0\nkernel="/boot/vmlinuz-5.14"\nargs="ro quiet $tuned_params"\n'
-    plan = kc.Grubby("grubby", FakeGrubby(info)).plan_present(["iommu=pt"], ["quiet"])
+    plan = kb.Grubby("grubby", FakeGrubby(info)).plan_present(["iommu=pt"], ["quiet"])
     assert plan.after == {"/boot/vmlinuz-5.14": "ro $tuned_params iommu=pt"}
 
 
@@ -540,8 +550,8 @@ def test_grubby_kernelopts_is_refused_other_variables_are_kept():
     ],
 )
 def test_reboot_required(running, configured, selectors, required):
-    running_args = kc.Cmdline.parse(running).args
-    assert kc.reboot_required(running_args, [kc.Cmdline.parse(configured).args], selectors) is required
+    running_args = ka.Cmdline.parse(running).args
+    assert ka.reboot_required(running_args, [ka.Cmdline.parse(configured).args], selectors) is required
 
 
 def test_reboot_required_whether_or_not_this_run_changed(tmp_path):

@@ -4,13 +4,9 @@ inventory as the tests' labs write it; no lab is brought up, and no host is cont
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from lablib import REPO, Lab, run_playbook
 
 from ansible_collections.xdpfleet.fabric.plugins.filter.lab_host_problem import lab_host_problem

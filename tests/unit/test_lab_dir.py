@@ -8,12 +8,13 @@ import stat
 import pytest
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import lab as labutil
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import lab_spec, lab_state
 
 PREFIX = "lsdir"  # nothing of this prefix exists: the refusals below must come before any look at namespaces
 
 
 def spec(lab_dir) -> dict:
-    return labutil.normalize(
+    return lab_spec.normalize(
         {"prefix": PREFIX, "mgmt_subnet": "198.51.100.248/29", "lab_dir": str(lab_dir), "hosts": []}
     )
 
@@ -31,7 +32,7 @@ def planted(tmp_path, kind: str):
     elif kind == "mode 0755":
         path.mkdir()
         path.chmod(0o755)
-    (path / labutil.STATE_FILE).write_text('{"status": "up", "hosts": {}}')
+    (path / lab_state.STATE_FILE).write_text('{"status": "up", "hosts": {}}')
     return path
 
 
@@ -46,13 +47,13 @@ RULES = {
 def test_a_lab_dir_made_by_someone_else_is_refused_and_left_alone(tmp_path, kind):
     lab_dir = planted(tmp_path, kind)
     rule = rf"^lab_dir: {lab_dir} {RULES[kind]}"
-    with pytest.raises(labutil.LabError, match=rule):
-        labutil.load_state(str(lab_dir))  # what the tests, the playbooks' lab check and the module read
-    with pytest.raises(labutil.LabError, match=rule):
+    with pytest.raises(lab_spec.LabError, match=rule):
+        lab_state.load_state(str(lab_dir))  # what the tests, the playbooks' lab check and the module read
+    with pytest.raises(lab_spec.LabError, match=rule):
         labutil.down(PREFIX, str(lab_dir))  # state=absent, and state=present's removal of a stale lab
-    with pytest.raises(labutil.LabError, match=rf"^lab_dir: {lab_dir} already exists"):
+    with pytest.raises(lab_spec.LabError, match=rf"^lab_dir: {lab_dir} already exists"):
         labutil.up(spec(lab_dir))
-    assert (lab_dir / labutil.STATE_FILE).exists()  # nothing removed, nothing written
+    assert (lab_dir / lab_state.STATE_FILE).exists()  # nothing removed, nothing written
     assert not os.path.exists(f"/run/netns/{PREFIX}-a")
 
 
@@ -60,28 +61,28 @@ def test_the_lab_makes_its_dir_0700_whatever_the_umask(tmp_path):
     lab_dir = tmp_path / "lab"
     old = os.umask(0o077 if os.geteuid() else 0o777)
     try:
-        labutil._make_lab_dir(str(lab_dir))
+        lab_state.make_lab_dir(str(lab_dir))
     finally:
         os.umask(old)
     st = os.lstat(lab_dir)
     assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
-    labutil.check_lab_dir_owner(str(lab_dir))
+    lab_state.check_lab_dir_owner(str(lab_dir))
 
 
 def test_a_lab_dir_in_a_directory_others_may_write_to_is_refused(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)  # no sticky bit: anyone could rename the lab dir away and put their own in its place
-    with pytest.raises(labutil.LabError, match=rf"^lab_dir: {shared}/lab lies in {shared} \(mode 0777\)"):
-        labutil._make_lab_dir(str(shared / "lab"))
+    with pytest.raises(lab_spec.LabError, match=rf"^lab_dir: {shared}/lab lies in {shared} \(mode 0777\)"):
+        lab_state.make_lab_dir(str(shared / "lab"))
     assert not (shared / "lab").exists()
     shared.chmod(0o1777)  # as /tmp: only the owner of an entry may rename or remove it
-    labutil._make_lab_dir(str(shared / "lab"))
+    lab_state.make_lab_dir(str(shared / "lab"))
 
 
 def test_missing_parents_are_made_0700_too(tmp_path):
     lab_dir = tmp_path / "labs" / "mine" / "lab"
-    labutil._make_lab_dir(str(lab_dir))
+    lab_state.make_lab_dir(str(lab_dir))
     for path in (tmp_path / "labs", tmp_path / "labs" / "mine", lab_dir):
         assert stat.S_IMODE(os.lstat(path).st_mode) == 0o700
 
@@ -98,5 +99,5 @@ def test_missing_parents_are_made_0700_too(tmp_path):
 def test_a_trailing_newline_is_no_part_of_a_lab_name_or_path(field, params):
     """The patterns ended in `$`, which also matches before a final newline: such names reached sh -c and paths."""
     base = {"prefix": PREFIX, "mgmt_subnet": "198.51.100.248/29", "hosts": []}
-    with pytest.raises(labutil.LabError, match=rf"^{re.escape(field)}"):
-        labutil.normalize({**base, **params})
+    with pytest.raises(lab_spec.LabError, match=rf"^{re.escape(field)}"):
+        lab_spec.normalize({**base, **params})

@@ -17,10 +17,6 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from prometheus_client.parser import text_string_to_metric_families
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from test_perf_report import build, veth_pair
 
 from ansible_collections.xdpfleet.fabric.plugins.filter.systemd_escape import systemd_escape

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "collection"))
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 

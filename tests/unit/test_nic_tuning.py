@@ -7,6 +7,10 @@ import pytest
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import nic as nt
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import nic_ethtool as ne
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import nic_plan as npl
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import nic_profiles as npf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.tuning import nic_read as nr
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ethtool"
 
@@ -15,7 +19,7 @@ def fixture(name: str) -> str:
     return (FIXTURES / f"{name}.txt").read_text()
 
 
-def current(driver: str, **overrides) -> nt.Current:
+def current(driver: str, **overrides) -> nr.Current:
     """A Current built from the recorded outputs of one driver (what read_current would have parsed)."""
     files = {p.stem for p in FIXTURES.glob("*.txt")}
 
@@ -24,35 +28,35 @@ def current(driver: str, **overrides) -> nt.Current:
 
     values = {
         "ifname": "eth0",
-        "driver": nt.parse_driver(fixture(f"{driver}-i")),
-        "channels": parsed("l", nt.parse_channels),
-        "rings": parsed("g", nt.parse_rings),
-        "features": parsed("k", nt.parse_features) or {},
-        "coalesce": parsed("c", nt.parse_coalesce),
+        "driver": ne.parse_driver(fixture(f"{driver}-i")),
+        "channels": parsed("l", ne.parse_channels),
+        "rings": parsed("g", ne.parse_rings),
+        "features": parsed("k", ne.parse_features) or {},
+        "coalesce": parsed("c", ne.parse_coalesce),
         "mtu": 1500,
         "mtu_range": (68, 9978),
         "irqs": {},
     }
-    return nt.Current(**{**values, **overrides})
+    return nr.Current(**{**values, **overrides})
 
 
 def test_channels_of_ice_mlx5_and_veth():
-    assert nt.parse_channels(fixture("ice-l")) == {
+    assert ne.parse_channels(fixture("ice-l")) == {
         "max": {"rx": 16, "tx": 16, "other": 1, "combined": 16},
         "current": {"rx": 0, "tx": 0, "other": 1, "combined": 4},
     }
     # Older ethtool prints 0 for a kind of channel the driver lacks, netlink ethtool n/a (None); tabs or spaces.
-    assert nt.parse_channels(fixture("mlx5_core-l"))["max"] == {"rx": 0, "tx": 0, "other": 0, "combined": 63}
-    assert nt.parse_channels(fixture("mlx5_core-l-2"))["max"]["rx"] is None
-    assert nt.parse_channels(fixture("veth-l")) == {
+    assert ne.parse_channels(fixture("mlx5_core-l"))["max"] == {"rx": 0, "tx": 0, "other": 0, "combined": 63}
+    assert ne.parse_channels(fixture("mlx5_core-l-2"))["max"]["rx"] is None
+    assert ne.parse_channels(fixture("veth-l")) == {
         "max": {"rx": 4, "tx": 4, "other": None, "combined": None},
         "current": {"rx": 4, "tx": 4, "other": None, "combined": None},
     }
 
 
 def test_rings_old_and_new_ethtool_layouts():
-    assert nt.parse_rings(fixture("ice-g"))["max"] == {"rx": 8160, "rx-mini": None, "rx-jumbo": None, "tx": 8160}
-    rings = nt.parse_rings(fixture("mlx5_core-g"))  # the newer layout adds RX Buf Len, CQE Size, TX Push, ...
+    assert ne.parse_rings(fixture("ice-g"))["max"] == {"rx": 8160, "rx-mini": None, "rx-jumbo": None, "tx": 8160}
+    rings = ne.parse_rings(fixture("mlx5_core-g"))  # the newer layout adds RX Buf Len, CQE Size, TX Push, ...
     assert rings == {
         "max": {"rx": 8192, "rx-mini": None, "rx-jumbo": None, "tx": 8192},
         "current": {"rx": 1024, "rx-mini": None, "rx-jumbo": None, "tx": 1024},
@@ -60,44 +64,44 @@ def test_rings_old_and_new_ethtool_layouts():
 
 
 def test_features_coalesce_and_driver_info():
-    mlx5 = nt.parse_features(fixture("mlx5_core-k"))
+    mlx5 = ne.parse_features(fixture("mlx5_core-k"))
     assert mlx5["rx-vlan-stag-filter"] == {"on": True, "fixed": True}
     assert mlx5["rx-vlan-offload"]["fixed"] is False
     assert "tx-checksum-ip-generic" in mlx5, "indented sub-features are features too"
-    veth = nt.parse_features(fixture("veth-k"))
+    veth = ne.parse_features(fixture("veth-k"))
     assert veth["large-receive-offload"] == {"on": False, "fixed": True}
     assert veth["generic-receive-offload"] == {"on": False, "fixed": False}
 
-    coalesce = nt.parse_coalesce(fixture("mlx5_core-c"))
+    coalesce = ne.parse_coalesce(fixture("mlx5_core-c"))
     assert coalesce["adaptive-rx"] is True and coalesce["adaptive-tx"] is True
     assert coalesce["rx-usecs"] == 8 and coalesce["tx-frames"] == 128
     assert "stats-block-usecs" not in coalesce and "cqe-mode-rx" not in coalesce, "n/a and unknown lines are left out"
 
-    assert nt.parse_driver(fixture("ice-i"))["driver"] == "ice"
-    assert nt.parse_driver(fixture("mlx5_core-i-2"))["driver"] == "mlx5_core"
+    assert ne.parse_driver(fixture("ice-i"))["driver"] == "ice"
+    assert ne.parse_driver(fixture("mlx5_core-i-2"))["driver"] == "mlx5_core"
 
 
 def test_profiles_are_picked_by_driver_and_merged_under_the_users_settings():
-    assert nt.profile_for("auto", "ice").name == "ice"
-    assert nt.profile_for("auto", "mlx5_core").name == "mlx5_core"
-    assert nt.profile_for("auto", "r8169").name == "none"
+    assert npf.profile_for("auto", "ice").name == "ice"
+    assert npf.profile_for("auto", "mlx5_core").name == "mlx5_core"
+    assert npf.profile_for("auto", "r8169").name == "none"
     with pytest.raises(nt.TuningError, match="profile: unknown profile 'cx7'"):
-        nt.profile_for("cx7", "mlx5_core")
-    mlx5 = nt.PROFILES["mlx5_core"]
-    merged = nt.merged({"features": {"rxvlan": False}, "channels": {"combined": 8}}, mlx5)
+        npf.profile_for("cx7", "mlx5_core")
+    mlx5 = npf.PROFILES["mlx5_core"]
+    merged = npl.merged({"features": {"rxvlan": False}, "channels": {"combined": 8}}, mlx5)
     assert merged["features"] == {"large-receive-offload": False, "rxvlan": False}
     assert merged["channels"] == {"combined": 8}, "the user's count wins over numa_local"
     assert merged["irq_affinity"] == "numa_local"
-    assert nt.merged({"mtu": 9000}, nt.NO_PROFILE) == {"mtu": 9000}
+    assert npl.merged({"mtu": 9000}, npf.NO_PROFILE) == {"mtu": 9000}
 
 
 def test_resolve_max_and_numbers_on_recorded_nics():
     ice = current("ice")
-    wanted = nt.resolve(
-        {"rings": {"rx": "max", "tx": 2048}, "channels": {"combined": "max"}}, ice, nt.NO_PROFILE, "interfaces[0]"
+    wanted = npl.resolve(
+        {"rings": {"rx": "max", "tx": 2048}, "channels": {"combined": "max"}}, ice, npf.NO_PROFILE, "interfaces[0]"
     )
     assert wanted == {"rings": {"rx": 8160, "tx": 2048}, "channels": {"combined": 16}}
-    changes = nt.plan(ice, wanted)
+    changes = npl.plan(ice, wanted)
     assert [c.words("eth0") for c in changes] == [
         "eth0: channels combined 4 -> 16",
         "eth0: rings rx 4096 -> 8160",
@@ -126,13 +130,13 @@ def test_resolve_max_and_numbers_on_recorded_nics():
 )
 def test_bad_settings_name_the_field_and_the_rule(driver, spec, message):
     with pytest.raises(nt.TuningError) as exc:
-        nt.resolve(spec, current(driver), nt.NO_PROFILE, "interfaces[0]")
+        npl.resolve(spec, current(driver), npf.NO_PROFILE, "interfaces[0]")
     assert any(message in e for e in exc.value.errors), exc.value.errors
 
 
 def test_every_problem_is_reported_at_once():
     with pytest.raises(nt.TuningError) as exc:
-        nt.resolve({"rings": {"rx": 9000, "tx": 9000}, "mtu": 1}, current("ice"), nt.NO_PROFILE, "interfaces[2]")
+        npl.resolve({"rings": {"rx": 9000, "tx": 9000}, "mtu": 1}, current("ice"), npf.NO_PROFILE, "interfaces[2]")
     assert len(exc.value.errors) == 3
 
 
@@ -150,19 +154,19 @@ def test_queue_irqs_follow_the_profiles_naming():
             " 162:          5          0  IR-PCI-MSIX-0000:41:00.0    0-edge      mlx5_async0@pci:0000:41:00.0",
         ]
     )
-    assert nt.queue_irqs("ens1f0np0", nt.PROFILES["ice"], "0000:17:00.0", interrupts) == [151, 152]
-    assert nt.queue_irqs("enp65s0f0np0", nt.PROFILES["mlx5_core"], "0000:41:00.0", interrupts) == [160, 161]
-    assert nt.queue_irqs("veth0", nt.PROFILES["veth"], None, interrupts) == []
+    assert nr.queue_irqs("ens1f0np0", npf.PROFILES["ice"], "0000:17:00.0", interrupts) == [151, 152]
+    assert nr.queue_irqs("enp65s0f0np0", npf.PROFILES["mlx5_core"], "0000:41:00.0", interrupts) == [160, 161]
+    assert nr.queue_irqs("veth0", npf.PROFILES["veth"], None, interrupts) == []
 
 
 def test_irq_affinity_spreads_queues_round_robin(monkeypatch):
-    monkeypatch.setattr(nt, "read_text", lambda path: "0-3" if path.endswith("/online") else None)
+    monkeypatch.setattr(nr, "read_text", lambda path: "0-3" if path.endswith("/online") else None)
     errors: list[str] = []
-    plan = nt._irq_plan(
-        [2, 3], current("ice", irqs={151: "0-3", 152: "0-3", 153: "0-3"}), nt.PROFILES["ice"], "interfaces[0]", errors
+    plan = npl._irq_plan(
+        [2, 3], current("ice", irqs={151: "0-3", 152: "0-3", 153: "0-3"}), npf.PROFILES["ice"], "interfaces[0]", errors
     )
     assert errors == [] and plan == {"151": "2", "152": "3", "153": "2"}
-    nt._irq_plan([7], current("ice", irqs={151: "0"}), nt.PROFILES["ice"], "interfaces[0]", errors)
+    npl._irq_plan([7], current("ice", irqs={151: "0"}), npf.PROFILES["ice"], "interfaces[0]", errors)
     assert errors == ["interfaces[0].irq_affinity: CPUs [7] are not online"]
 
 
@@ -171,24 +175,40 @@ def test_numa_local_cpus_read_the_devices_node(tmp_path):
     (tmp_path / "net" / "ens1f0np0" / "device" / "numa_node").write_text("1\n")
     (tmp_path / "node" / "node1").mkdir(parents=True)
     (tmp_path / "node" / "node1" / "cpulist").write_text("16-19,48-51\n")
-    cpus = nt.numa_local_cpus("ens1f0np0", sysfs=str(tmp_path / "net"), nodes=str(tmp_path / "node"))
+    cpus = nr.numa_local_cpus("ens1f0np0", sysfs=str(tmp_path / "net"), nodes=str(tmp_path / "node"))
     assert cpus == [16, 17, 18, 19, 48, 49, 50, 51]
 
 
 def test_the_first_original_is_kept_and_restored():
     record = {"interfaces": {}}
     eth0 = current("ice")
-    first = nt.plan(eth0, {"channels": {"combined": 8}, "mtu": 9000})
+    first = npl.plan(eth0, {"channels": {"combined": 8}, "mtu": 9000})
     nt.remember(record, "eth0", first)
-    later = [nt.Change("channels", "combined", 8, 12), nt.Change("mtu", None, 9000, 1500)]
+    later = [npl.Change("channels", "combined", 8, 12), npl.Change("mtu", None, 9000, 1500)]
     nt.remember(record, "eth0", later)
     assert nt.restoration(record, "eth0") == {"mtu": 1500, "channels": {"combined": 4}}
-    assert nt.plan(eth0, nt.restoration(record, "eth0")) == [], "the recorded values are what the NIC had"
+    assert npl.plan(eth0, nt.restoration(record, "eth0")) == [], "the recorded values are what the NIC had"
+
+
+def test_a_record_round_trips_and_goes_when_no_interface_is_left(tmp_path):
+    state_dir = tmp_path / "state"
+    assert nt.load_record(str(state_dir)) == {"interfaces": {}}
+    record = {"interfaces": {"eth0": {"mtu": 1500}}}
+    nt.save_record(str(state_dir), record)
+    assert nt.load_record(str(state_dir)) == record
+    nt.save_record(str(state_dir), {"interfaces": {}})
+    assert not (state_dir / nt.STATE_NAME).exists()
+
+
+def test_a_corrupt_record_is_refused_naming_the_file(tmp_path):
+    (tmp_path / nt.STATE_NAME).write_text("{")
+    with pytest.raises(nt.TuningError, match=rf"^state_dir: the record {tmp_path}/{nt.STATE_NAME} is corrupt"):
+        nt.load_record(str(tmp_path))
 
 
 def test_the_report_shows_each_setting_before_and_after():
     done = Changes("nic_tuning")
-    nt.report(done, "eth0", nt.plan(current("ice"), {"channels": {"combined": 16}, "mtu": 9000}))
+    nt.report(done, "eth0", npl.plan(current("ice"), {"channels": {"combined": 16}, "mtu": 9000}))
     assert done.steps == ["eth0: mtu 1500 -> 9000", "eth0: channels combined 4 -> 16"]
     assert done.diff()["before"] == "eth0: mtu 1500\neth0: channels combined 4\n"
     assert done.diff()["after"] == "eth0: mtu 9000\neth0: channels combined 16\n"

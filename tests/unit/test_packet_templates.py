@@ -6,14 +6,9 @@ import ipaddress
 import math
 import random
 import re
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
-
 from jsonschema import Draft202012Validator
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6

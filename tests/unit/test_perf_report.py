@@ -3,15 +3,9 @@ on the controller (no host is contacted, no root needed)."""
 
 import json
 import re
-import sys
-from pathlib import Path
 
 import matplotlib.image
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from lablib import run_playbook
 
 from ansible_collections.xdpfleet.fabric.plugins.action import perf_report

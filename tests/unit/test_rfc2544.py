@@ -1,11 +1,6 @@
 """The zero-loss throughput search against model devices whose capacity is known, so its answer can be checked."""
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collection"))
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import (
     SWEEP_FRAME_SIZES,

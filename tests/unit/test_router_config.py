@@ -1,12 +1,6 @@
 """The XDP router's host logic that needs no kernel: the interfaces argument, the forwarding check, the devmap
 difference, and the verdict names the counters are reported by."""
 
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "collection"))
-
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import abi
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy as rd
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import forwarding_policy as fp

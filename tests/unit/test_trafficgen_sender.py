@@ -105,9 +105,15 @@ def test_a_sender_records_itself_privately(tmp_path):
     assert modes == {record: "0o600", run_dir: "0o700", run_dir.parent: "0o700"}
 
 
+def in_fresh_interpreter(program: str) -> subprocess.CompletedProcess:
+    """`program` run by a new Python process whose path holds the collection alone."""
+    collection = next(p for p in sys.path if p.endswith("/collection"))
+    env = {"PYTHONPATH": collection}
+    return subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=False)
+
+
 def test_without_pyroute2_the_module_imports_and_resolving_dst_mac_says_what_is_missing():
     """In a fresh interpreter where pyroute2 cannot be imported (as on a host without it)."""
-    collection = next(p for p in sys.path if p.endswith("/collection"))
     program = (
         "import sys; sys.modules['pyroute2'] = None\n"
         "import ansible_collections.xdpfleet.fabric.plugins.modules.trafficgen\n"
@@ -118,8 +124,7 @@ def test_without_pyroute2_the_module_imports_and_resolving_dst_mac_says_what_is_
         "except generator.TrafficgenError as exc:\n"
         "    print(exc)\n"
     )
-    env = {"PYTHONPATH": collection}
-    run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=False)
+    run = in_fresh_interpreter(program)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("dst_mac: not given and not resolvable: ")
     assert missing_required_lib("pyroute2") in run.stdout
@@ -127,15 +132,13 @@ def test_without_pyroute2_the_module_imports_and_resolving_dst_mac_says_what_is_
 
 def test_the_trafficgen_module_imports_pyroute2_only_to_resolve_a_mac():
     """pyroute2's import costs more than the rest of an echo or sender task that is given its MACs."""
-    collection = next(p for p in sys.path if p.endswith("/collection"))
     program = (
         "import sys\n"
         "import ansible_collections.xdpfleet.fabric.plugins.modules.trafficgen\n"
         "from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import echo, sender\n"
         "print('pyroute2' in sys.modules)\n"
     )
-    env = {"PYTHONPATH": collection}
-    run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=False)
+    run = in_fresh_interpreter(program)
     assert (run.returncode, run.stdout.strip()) == (0, "False"), run.stderr
 
 

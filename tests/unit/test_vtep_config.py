@@ -1,21 +1,15 @@
 """Unit tests of the VTEP configuration document: schema, the rules a schema cannot express, and the model.
 
-The valid document is VTEP A of seed 000's lab, written so that it is valid in both VLAN modes (vlan_mode preserve's
-one-kind-per-VNI rule respected): the access ports are in VNIs 100 and 200, and the trunk carries VID 10 -> VNI 110
-and VID 20 -> VNI 210. Nothing here needs a kernel.
+The valid document is a VTEP of the lab's shape (access ports, a trunk, peers), written so that it is valid in both
+VLAN modes (vlan_mode preserve's one-kind-per-VNI rule respected): the access ports are in VNIs 100 and 200, and the
+trunk carries VID 10 -> VNI 110 and VID 20 -> VNI 210. Nothing here needs a kernel.
 """
 
 import copy
 import itertools
 import re
-import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "collection"))
-
 from jsonschema import Draft202012Validator
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vc
@@ -774,7 +768,7 @@ def test_more_peers_than_tunnel_peers_holds_are_refused_before_the_host():
 def test_more_port_vnis_than_the_map_holds_are_refused_before_the_host():
     """4 trunks in 4,094 VNIs fill vlan_bindings and port_vnis to 16,376 of their 16,384 entries; a tunnel port in 9
     of the VNIs adds 9 port_vnis rows, one too many. The plan refused it only on the host, after the object was
-    loaded (issue 25)."""
+    loaded."""
     doc = document()
     trunks = [f"tr{t}" for t in range(4)]
     doc["vnis"] = [{"vni": 1000 + v, "trunks": [{"port": p, "vid": v + 1} for p in trunks]} for v in range(4094)]

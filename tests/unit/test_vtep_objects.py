@@ -5,28 +5,25 @@ program's object (vtep_tc.c) declares the same maps, so that the TC backend runs
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "collection"))
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.program import compatible
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vtep_deploy
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts
 
 
 @pytest.fixture(scope="module")
-def objects(tmp_path_factory) -> dict[str, str]:
-    cache = tmp_path_factory.mktemp("bpfcache")
+def objects(bpf_cache) -> dict[str, str]:
     include = [str(REPO / "bpf" / "include")]
     return {
-        backend: bpf_build.compile_object(str(REPO / "bpf" / "vtep" / f"vtep_{backend}.c"), str(cache), include)[0]
+        backend: bpf_build.compile_object(str(REPO / "bpf" / "vtep" / f"vtep_{backend}.c"), bpf_cache, include)[0]
         for backend in ("xdp", "tc")
     }
 

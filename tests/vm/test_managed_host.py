@@ -13,12 +13,12 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import kernels
+import lablib
 import managed
 import pytest
 import yaml
@@ -26,9 +26,6 @@ from l2lib import BROADCAST, Capture, build_frame, new_marker, send
 from managed import NS, Guest, Nic
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import lablib
 
 pytestmark = pytest.mark.kernel_matrix
 

@@ -41,10 +41,10 @@ VCPUS = 2
 QUEUES = 2 * VCPUS
 MEMORY_MB = 1024
 # microvm has no HPET or ACPI PM timer, so the kernel calibrates the TSC against the PIT; on a busy host under TCG
-# that fails and the boot spins forever before init (the "hung boots" of DESIGN.md; at load 8 here, every boot).
+# that fails and the boot spins forever before init (tests/vm/README.md, QEMU; at load 8 here, every boot).
 # Told the TSC's rate, it calibrates nothing. The value only scales the guest's own delay loops.
 TSC_KHZ = "tsc_early_khz=2000000"
-BOOT_SECONDS = 90  # from QEMU's start to the agent's connection: a boot that takes longer hung (DESIGN.md)
+BOOT_SECONDS = 90  # from QEMU's start to the agent's connection: a boot that takes longer hung (tests/vm/README.md)
 CALL_SECONDS = 300
 
 

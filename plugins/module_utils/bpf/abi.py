@@ -1,16 +1,20 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
-"""The numbers a data plane's C and Python share (limits, enums, encodings), declared once in Python.
+"""What a data plane's C and Python share, declared once in Python: the numbers (limits, enums, encodings) and the
+structs of its map keys and values.
 
-A data plane declares its interface in plugins/module_utils/<plane>/abi.py as an Abi: C enums (each limit is an
-enumerator too) and the C helpers of its encodings. From that one declaration:
-- render() gives the C header the data plane includes instead of its own copies, committed as
-  bpf/<plane>/<plane>_abi.h; `make abi` (collection/abi_headers.py) rewrites it, and tests/unit/test_abi.py fails
-  while it is stale;
-- check() compares the declaration with an object's BTF. The header puts every enum into BTF through an anchor
+A data plane declares its numbers in plugins/module_utils/<plane>/abi.py as an Abi: C enums (each limit is an
+enumerator too) and the C helpers of its encodings. Its map keys and values are ctypes structs in
+plugins/module_utils/<plane>/layouts.py, each declared with c_struct (its members as Fields, its docstring C's
+comment), and listed with the Abi in the plane's Header. From these:
+- Header.render() gives the C header the data plane includes instead of its own copies, committed as
+  bpf/<plane>/<plane>_abi.h: the enums, the helpers, then the structs (sized by the enums); `make abi`
+  (collection/abi_headers.py) rewrites it, and tests/unit/test_abi.py fails while it is stale;
+- Abi.check() compares the numbers with an object's BTF. The header puts every enum into BTF through an anchor
   variable in a section that libbpf does not load (an enum that no declaration uses leaves no trace in BTF), so an
   object built from other sources (another version of the collection, a header edited by hand) is refused before
-  it loads, and the BTF of a pinned map says which numbers the data plane that wrote it used.
+  it loads, and the BTF of a pinned map says which numbers the data plane that wrote it used. The structs are
+  compared with BTF where they are used, as map keys and values (btf_layout.MapLayout).
 
 Values are enumerators rather than #defines, because a #define leaves no trace in BTF; like BTF's enums (clang 14
 emits no 64-bit ones) they are 32-bit unsigned numbers.
@@ -18,13 +22,15 @@ emits no 64-bit ones) they are 32-bit unsigned numbers.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
+import inspect
 import os
 import textwrap
 from dataclasses import dataclass
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf, LayoutMismatch
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf, LayoutMismatch
 
 ANCHOR_SECTION = ".xdpfleet_abi"
 LINE_WIDTH = 120
@@ -89,7 +95,11 @@ def _literal(value: int) -> str:
 
 
 def _member(name: str, literal: str, doc: str) -> list[str]:
-    line = f"\t{name} = {literal},"
+    return _line(f"\t{name} = {literal},", doc)
+
+
+def _line(line: str, doc: str) -> list[str]:
+    """A line of C with its comment: trailing when both fit the width, else above it."""
     trailing = f"{line} /* {doc} */"
     if not doc:
         return [line]
@@ -99,16 +109,115 @@ def _member(name: str, literal: str, doc: str) -> list[str]:
 
 
 def _comment(text: str, indent: str) -> list[str]:
+    """A C comment of text, wrapped; a blank line in text starts a paragraph, and a paragraph that starts with "- "
+    is a list item (its next lines indented under it)."""
     width = LINE_WIDTH - len(indent.expandtabs(_TAB)) - 3
-    wrapped = textwrap.wrap(" ".join(text.split()), width)
-    if len(wrapped) == 1 and len(wrapped[0]) <= width - 3:
-        return [f"{indent}/* {wrapped[0]} */"]
-    return [f"{indent}/*", *(f"{indent} * {line}" for line in wrapped), f"{indent} */"]
+    paragraphs = [" ".join(paragraph.split()) for paragraph in text.split("\n\n") if paragraph.strip()]
+    if len(paragraphs) == 1 and len(paragraphs[0]) <= width - 3:
+        return [f"{indent}/* {paragraphs[0]} */"]
+    lines = []
+    for paragraph in paragraphs:
+        if lines and not paragraph.startswith("- "):
+            lines.append("")
+        lines += textwrap.wrap(
+            paragraph, width, subsequent_indent="  " if paragraph.startswith("- ") else "", break_on_hyphens=False
+        )
+    return [f"{indent}/*", *(f"{indent} * {line}".rstrip() for line in lines), f"{indent} */"]
+
+
+# --- Structs ----------------------------------------------------------------------------------------------------
+
+# The integers of map layouts, by C's names for them.
+U8, U16, U32, U64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
+_C_INTEGERS = {
+    ctypes.c_uint8: "__u8",
+    ctypes.c_uint16: "__u16",
+    ctypes.c_uint32: "__u32",
+    ctypes.c_uint64: "__u64",
+    ctypes.c_int8: "__s8",
+    ctypes.c_int16: "__s16",
+    ctypes.c_int32: "__s32",
+    ctypes.c_int64: "__s64",
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    """A member of a struct that C and Python share.
+
+    ctype: an integer type of ctypes, a struct declared with c_struct, or an array of either.
+    doc: C's comment on it.
+    network_order: an integer whose bytes are in network order: C's __be16/__be32/__be64 (ctypes has no such
+      type; it reads the same bits as an unsigned integer of the size).
+    length: an array's length by the enumerator that sizes it (of the data plane's Abi), written in C instead of
+      the number.
+    """
+
+    name: str
+    ctype: type
+    doc: str = ""
+    network_order: bool = False
+    length: str = ""
+
+    def element(self) -> type:
+        return self.ctype._type_ if issubclass(self.ctype, ctypes.Array) else self.ctype
+
+    def c_declaration(self) -> str:
+        element = self.element()
+        if self.network_order:
+            if element not in (ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64):
+                raise ValueError(f"{self.name}: network order is for unsigned 16, 32 or 64-bit integers")
+            c_type = f"__be{8 * ctypes.sizeof(element)}"
+        elif hasattr(element, "_c_name_"):
+            c_type = f"struct {element._c_name_}"
+        elif element in _C_INTEGERS:
+            c_type = _C_INTEGERS[element]
+        else:
+            raise ValueError(f"{self.name}: {element.__name__} has no C type here (an integer, or a c_struct)")
+        if not issubclass(self.ctype, ctypes.Array):
+            return f"{c_type} {self.name};"
+        return f"{c_type} {self.name}[{self.length or self.ctype._length_}];"
+
+
+def c_struct(name: str):
+    """Class decorator: a ctypes.Structure whose members are its _members_ (Fields) is also C's `struct <name>`,
+    which Header.render() writes with the class's docstring as its comment. Sets _fields_ from _members_ (ctypes
+    takes no other attributes on a field, and computes a struct's layout only once _fields_ is set)."""
+
+    def declare(cls: type) -> type:
+        cls._c_name_ = name
+        cls._fields_ = [(field.name, field.ctype) for field in cls._members_]
+        return cls
+
+    return declare
+
+
+def render_struct(cls: type, values: dict[str, int], defined: set[str]) -> str:
+    """C's definition of a c_struct class, and an assertion of the size ctypes gives it. values: the enumerators
+    an array's length may name; defined: the structs already written, which its members may be."""
+    lines = _comment(inspect.cleandoc(cls.__doc__), "") if cls.__doc__ else []
+    lines.append(f"struct {cls._c_name_} {{")
+    for field in cls._members_:
+        element = field.element()
+        if hasattr(element, "_c_name_") and element._c_name_ not in defined:
+            raise ValueError(f"struct {cls._c_name_}.{field.name}: struct {element._c_name_} is not declared before")
+        if field.length and values.get(field.length) != field.ctype._length_:
+            raise ValueError(
+                f"struct {cls._c_name_}.{field.name}: {field.ctype._length_} elements, but {field.length} is "
+                f"{values.get(field.length)}"
+            )
+        lines += _line(f"\t{field.c_declaration()}", field.doc)
+    lines += [
+        "};",
+        f"_Static_assert(sizeof(struct {cls._c_name_}) == {ctypes.sizeof(cls)}, "
+        f'"the size of {cls.__name__} in Python");',
+    ]
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
 class Abi:
-    """One data plane's interface. name: the anchor is struct <name>_abi; header and source: paths in the
+    """One data plane's numbers. name: the anchor is struct <name>_abi; header and source: paths in the
     collection of the generated header and of the file that declares this; c_helpers: C text after the enums,
     the helpers of encodings built from them."""
 
@@ -118,36 +227,6 @@ class Abi:
     doc: str
     enums: tuple[Enum, ...]
     c_helpers: str = ""
-
-    def render(self) -> str:
-        guard = f"XDPFLEET_{self.name.upper()}_ABI_H"
-        anchor = f"{self.name}_abi"
-        parts = [
-            "/* SPDX-License-Identifier: GPL-2.0-only */",
-            "\n".join(
-                _comment(
-                    f"Generated from {self.source} by `make abi`: edit that file, not this one "
-                    f"(tests/unit/test_abi.py fails when the two differ). {self.doc}",
-                    "",
-                )
-            ),
-            f"#ifndef {guard}\n#define {guard}\n\n#include <linux/types.h>",
-            *(enum.render() for enum in self.enums),
-        ]
-        if self.c_helpers:
-            parts.append(self.c_helpers.strip("\n"))
-        anchor_doc = (
-            f"Every enum above as a member, so that each reaches the object's BTF, where user space compares it "
-            f"with {self.source}. Nothing reads the variable; its section is not one that libbpf loads, so it "
-            "costs no map and no instruction."
-        )
-        members = "\n".join(f"\tenum {enum.name} {enum.name};" for enum in self.enums)
-        parts += [
-            "\n".join(_comment(anchor_doc, "")) + f"\nstruct {anchor} {{\n{members}\n}};\n"
-            f'static const struct {anchor} {anchor} __attribute__((section("{ANCHOR_SECTION}"), used));',
-            f"#endif /* {guard} */",
-        ]
-        return "\n\n".join(parts) + "\n"
 
     def problems(self, btf: Btf) -> list[str]:
         found = declared_enums(btf)
@@ -181,6 +260,56 @@ class Abi:
         self.check(Btf(obj.btf))
 
 
+@dataclass(frozen=True)
+class Header:
+    """A data plane's generated C header: the numbers of its Abi, then its structs (c_struct classes, each after
+    the structs it holds). layouts: the path in the collection of the file that declares the structs."""
+
+    abi: Abi
+    layouts: str
+    structs: tuple[type, ...]
+
+    @property
+    def path(self) -> str:
+        return self.abi.header
+
+    def render(self) -> str:
+        abi = self.abi
+        guard = f"XDPFLEET_{abi.name.upper()}_ABI_H"
+        anchor = f"{abi.name}_abi"
+        parts = [
+            "/* SPDX-License-Identifier: GPL-2.0-only */",
+            "\n".join(
+                _comment(
+                    f"Generated from {abi.source} and {self.layouts} by `make abi`: edit those files, not this one "
+                    f"(tests/unit/test_abi.py fails when they differ). {abi.doc}",
+                    "",
+                )
+            ),
+            f"#ifndef {guard}\n#define {guard}\n\n#include <linux/types.h>",
+            *(enum.render() for enum in abi.enums),
+        ]
+        if abi.c_helpers:
+            parts.append(abi.c_helpers.strip("\n"))
+        values = {name: value for enum in abi.enums for name, value in enum.values().items()}
+        defined: set[str] = set()
+        for struct in self.structs:
+            parts.append(render_struct(struct, values, defined))
+            defined.add(struct._c_name_)
+        anchor_doc = (
+            f"Every enum above as a member, so that each reaches the object's BTF, where user space compares it "
+            f"with {abi.source}. Nothing reads the variable; its section is not one that libbpf loads, so it "
+            "costs no map and no instruction."
+        )
+        members = "\n".join(f"\tenum {enum.name} {enum.name};" for enum in abi.enums)
+        parts += [
+            "\n".join(_comment(anchor_doc, "")) + f"\nstruct {anchor} {{\n{members}\n}};\n"
+            f'static const struct {anchor} {anchor} __attribute__((section("{ANCHOR_SECTION}"), used));',
+            f"#endif /* {guard} */",
+        ]
+        return "\n\n".join(parts) + "\n"
+
+
 def declared_enums(btf: Btf) -> dict[str, dict[str, int]]:
     """The enums an object declares through the anchors of its generated headers: name -> {enumerator: value}.
     Empty for an object built without one."""
@@ -193,12 +322,12 @@ def declared_enums(btf: Btf) -> dict[str, dict[str, int]]:
     return out
 
 
-def collection_abis(root: str) -> list[Abi]:
-    """Every data plane's interface: the ABI of each plugins/module_utils/<plane>/abi.py under the collection
-    root (this package's own abi.py is the mechanism, not an interface)."""
+def collection_headers(root: str) -> list[Header]:
+    """Every data plane's generated header: the HEADER of each plugins/module_utils/<plane>/layouts.py under the
+    collection root whose plane declares its numbers (an abi.py; this package's own is the mechanism, not a plane)."""
     found = []
     utils = os.path.join(root, "plugins", "module_utils")
     for package in sorted(os.listdir(utils)):
         if package != "bpf" and os.path.isfile(os.path.join(utils, package, "abi.py")):
-            found.append(importlib.import_module(f"{_COLLECTION}.plugins.module_utils.{package}.abi").ABI)
+            found.append(importlib.import_module(f"{_COLLECTION}.plugins.module_utils.{package}.layouts").HEADER)
     return found

@@ -4,8 +4,8 @@
 
 The cache key covers everything that decides the object's bytes: the compiler's identity, the flags, and every file
 the compile reads, as clang lists them (the source, the headers next to it, in the include directories and the
-system's). Objects are written to a temporary name and renamed, so a concurrent or interrupted build never leaves a
-truncated object under a valid key.
+system's). Objects are written durably through a temporary name (common/files.py), so a concurrent or interrupted
+build never leaves a truncated object under a valid key.
 
 Working the key out runs clang twice (its version, and its preprocessor for the list of files read), which costs
 seconds on a slow host. So beside each object the cache keeps a manifest of its inputs, found by what is known
@@ -25,7 +25,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 
@@ -202,18 +201,13 @@ def compile_object(
         return target, False
     if build_dir:
         target = os.path.join(build_dir, os.path.basename(target))
+    # The object comes on clang's stdout and goes into the cache whole, never as a truncated file under its key.
+    result = subprocess.run([CLANG, *flags, "-c", source, "-o", "-"], capture_output=True, check=False)
+    if result.returncode != 0:
+        stderr = result.stderr.decode(errors="replace").strip()
+        raise CompileError(f"clang failed to compile {source}:\n{stderr}")
     files.make_private_dirs(os.path.dirname(target))
-    fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=".o", dir=os.path.dirname(target))
-    os.close(fd)
-    try:
-        result = subprocess.run([CLANG, *flags, "-c", source, "-o", tmp], capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise CompileError(f"clang failed to compile {source}:\n{result.stderr.strip()}")
-        os.chmod(tmp, files.FILE_MODE)  # clang writes a new file of its own, with the umask's mode
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    files.replace_durably(target, result.stdout)
     if not build_dir:
         _keep_manifest(manifest_path, manifest)
     return target, True

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, features, libbpf, object_needs
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import declared_enums
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import Btf, MapLayout, set_rodata, shape
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout, set_rodata, shape
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, mounts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.netlink import NetlinkError

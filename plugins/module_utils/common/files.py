@@ -54,15 +54,22 @@ def write_private(path: str, text: str) -> None:
     replace_durably(path, text)
 
 
-def replace_durably(path: str, text: str | bytes, mode: int = FILE_MODE, dir_fd: int | None = None) -> None:
-    """Replace `path` with `text` (bytes as they are; file mode `mode`) through a temporary file in its directory,
-    which must exist: a reader sees the old file or the new one, whole. Raises OSError with the old file untouched.
-    With dir_fd, `path` is a name in that open directory: a caller that checked the directory through its fd writes
-    into that one, whatever is renamed on the way to it meanwhile."""
+def replace_durably(
+    path: str,
+    text: str | bytes,
+    mode: int = FILE_MODE,
+    dir_fd: int | None = None,
+    owner: tuple[int, int] | None = None,
+) -> None:
+    """Replace `path` with `text` (bytes as they are; file mode `mode`, owner and group `owner` when given, else the
+    running user's) through a temporary file in its directory, which must exist: a reader sees the old file or the
+    new one, whole. Raises OSError with the old file untouched. With dir_fd, `path` is a name in that open
+    directory: a caller that checked the directory through its fd writes into that one, whatever is renamed on the
+    way to it meanwhile."""
     if dir_fd is None:
         dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
         try:
-            replace_durably(os.path.basename(path), text, mode, dir_fd)
+            replace_durably(os.path.basename(path), text, mode, dir_fd, owner)
         finally:
             os.close(dir_fd)
         return
@@ -78,6 +85,8 @@ def replace_durably(path: str, text: str | bytes, mode: int = FILE_MODE, dir_fd:
             continue
     try:
         with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
+            if owner is not None:
+                os.fchown(f.fileno(), *owner)  # before the mode: a chown clears set-id bits
             os.fchmod(f.fileno(), mode)  # the umask may have taken bits of FILE_MODE away
             f.write(text)
             f.flush()
@@ -87,6 +96,21 @@ def replace_durably(path: str, text: str | bytes, mode: int = FILE_MODE, dir_fd:
         os.unlink(tmp, dir_fd=dir_fd)
         raise
     os.fsync(dir_fd)
+
+
+def replace_keeping_owner(path: str, data: bytes, new_mode: int = 0o644) -> None:
+    """replace_durably() for a file of the system's that the module edits (/etc/default/grub): the new file keeps
+    the old one's mode, owner and group, which other tools and users rely on; a file that was not there is made
+    `new_mode`, the running user's."""
+    try:
+        old = os.stat(path)
+    except FileNotFoundError:
+        replace_durably(path, data, new_mode)
+        return
+    owner = (old.st_uid, old.st_gid)
+    replace_durably(
+        path, data, stat.S_IMODE(old.st_mode), owner=None if owner == (os.geteuid(), os.getegid()) else owner
+    )
 
 
 def write_json(path: str, data: dict) -> None:

@@ -3,9 +3,9 @@
 """The packet filter's numbers, declared once for C and Python: how many rules its maps hold, what a rule's action
 and flags mean, and why a frame matched no rule.
 
-bpf/filter/filter_abi.h is generated from this file (`make abi`), and bpf/filter/filter.h includes it. The map
-layouts in layouts.py carry ABI, so loading the object, and reading a deployed filter's pinned maps, checks these
-numbers against the BTF (see bpf/abi.py).
+bpf/filter/filter_abi.h is generated from this file and the structs of layouts.py (`make abi`), and
+bpf/filter/filter.h includes it. The map layouts in layouts.py carry ABI, so loading the object, and reading a
+deployed filter's pinned maps, checks these numbers against the BTF (see bpf/abi.py).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import struct
 import time
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.insn import BPF_EXIT, BPF_MOV64_IMM, bpf_insn
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import mounts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 
@@ -52,8 +53,8 @@ SKB_FED_DRIVERS = ("veth",)
 
 def xdp_before_skb(driver: str | None, mode: str, announces_basic: bool | None = None) -> dict:
     """Whether XDP in `mode` runs on frames from the wire before the kernel builds an skb, and why: the whole saving
-    of XDP over tc (seed 001). A pure function of the driver, the mode and whether the driver announces native XDP
-    (xdp_features "basic"; None where the kernel does not say).
+    of XDP over tc (Hoiland-Jorgensen et al., The eXpress Data Path, CoNEXT 2018). A pure function of the driver,
+    the mode and whether the driver announces native XDP (xdp_features "basic"; None where the kernel does not say).
 
     when: "always" (native XDP in a driver that runs it on the received buffer), "xdp_frames_only" (veth: frames
     redirected into it, sent with XDP_TX or as live frames arrive as XDP frames; frames a socket or the stack sends
@@ -73,15 +74,6 @@ def xdp_before_skb(driver: str | None, mode: str, announces_basic: bool | None =
 
 
 # ---- the programs ------------------------------------------------------------------------------------------
-
-
-def bpf_insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
-    """One struct bpf_insn (little-endian host): code, dst_reg:4 | src_reg:4, s16 off, s32 imm."""
-    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
-
-
-BPF_MOV64_IMM = 0x07 | 0xB0 | 0x00  # BPF_ALU64 | BPF_MOV | BPF_K
-BPF_EXIT = 0x05 | 0x90  # BPF_JMP | BPF_EXIT
 
 
 def xdp_return_program(action: int) -> bytes:

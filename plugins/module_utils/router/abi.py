@@ -3,8 +3,9 @@
 """The XDP router's numbers, declared once for C and Python: what it did with each frame (the index of its per-CPU
 counters, router_stats) and how many ports it forwards between.
 
-bpf/router/router_abi.h is generated from this file (`make abi`), and bpf/router/router.c includes it. The router's
-map layouts in router/layouts.py carry ABI, so loading it checks these numbers against its BTF (see bpf/abi.py).
+bpf/router/router_abi.h is generated from this file and the structs of layouts.py (`make abi`), and
+bpf/router/router.c includes it. The router's map layouts in router/layouts.py carry ABI, so loading it checks these
+numbers against its BTF (see bpf/abi.py).
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
-"""The XDP router's maps as bpf/router/router.c declares them (ctypes, checked against the object's BTF, with the
-numbers of router/abi.py, before anything is written), and its program's name."""
+"""The XDP router's maps (ctypes, the one declaration of their values: bpf/router/router_abi.h defines them for C
+from here, and they are checked against the object's BTF, with the numbers of router/abi.py, before anything is
+written), and its program's name."""
 
 from __future__ import annotations
 
 import ctypes
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router.abi import ABI
 
@@ -15,8 +17,14 @@ PORTS = "router_ports"  # DEVMAP_HASH: ifindex -> ifindex, the interfaces frames
 STATS = "router_stats"  # per-CPU array indexed by enum router_verdict
 
 
+@abi.c_struct("router_counter")
 class RouterCounter(ctypes.Structure):
-    _fields_ = [("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
+    """router_stats[verdict], per CPU: the frames and bytes of each verdict."""
+
+    _members_ = (abi.Field("packets", abi.U64), abi.Field("bytes", abi.U64))
+
+
+HEADER = abi.Header(ABI, "plugins/module_utils/router/layouts.py", (RouterCounter,))
 
 
 LAYOUTS = {

@@ -3,9 +3,9 @@
 """The traffic generator's numbers, declared once for C and Python: the limits of a template as the sender's maps
 hold it (a template is validated against them before anything is loaded), and how an entry's writes are sized.
 
-bpf/trafficgen/trafficgen_abi.h is generated from this file (`make abi`), and bpf/trafficgen/trafficgen.h includes
-it. The sender's map layouts in generator.py carry ABI, so loading the sender checks these numbers against its BTF
-(see bpf/abi.py).
+bpf/trafficgen/trafficgen_abi.h is generated from this file and the structs of layouts.py (`make abi`), and
+bpf/trafficgen/tg_match.h includes it. The sender's map layouts in layouts.py carry ABI, so loading the sender
+checks these numbers against its BTF (see bpf/abi.py).
 """
 
 from __future__ import annotations

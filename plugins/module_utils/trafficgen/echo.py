@@ -15,6 +15,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes imp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.dataplane.template import DataPlane, DataPlaneError
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import layouts as tg_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import needs
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
 
@@ -88,7 +89,7 @@ class EchoServer(DataPlane):
     what_applied = "the echo server"
     what_loaded = "the echo server"
     Error = EchoError
-    map_layouts: ClassVar[dict[str, MapLayout]] = {layout.map_name: layout for layout in tg.ECHO_LAYOUTS}
+    map_layouts: ClassVar[dict[str, MapLayout]] = {layout.map_name: layout for layout in tg_layouts.ECHO_LAYOUTS}
     counter_maps = ("echo_counters",)
 
     def __init__(

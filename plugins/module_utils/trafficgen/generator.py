@@ -1,6 +1,6 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
-"""The traffic generator on a host (bpf/trafficgen): map layouts, the pre-flight check, the sender and its trials.
+"""The traffic generator on a host (bpf/trafficgen): the pre-flight check, the sender and its trials.
 
 A Sender loads bpf/trafficgen/sender.c once, attaches its return counter to the interface through a bpf_link
 that only this process holds (so nothing stays behind when it exits, however it exits), and sends with
@@ -22,11 +22,17 @@ import time
 from dataclasses import dataclass, field
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout, TypedMap, set_rodata
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap, set_rodata
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import Probe, xdp_md
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.abi import ABI, TG_DIFFS_MAX, TG_HEADER_MAX
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.layouts import (
+    SENDER_LAYOUTS,
+    TgBase,
+    TgCounter,
+    TgCpu,
+    TgEntry,
+)
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.rfc2544 import Trial
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.templates import Expanded
 
@@ -34,61 +40,6 @@ BATCH_MAX = 256  # the kernel's limit for live-frames batches
 CALL_SECONDS = 0.5  # one BPF_PROG_RUN call lasts about this long: the ~24 ms teardown stays under 5%
 FIRST_REPEAT = 1 << 18
 DRAIN_SECONDS = 1.0  # after sending, wait at most this long for frames still on their way back
-
-
-class TgBase(ctypes.Structure):
-    _fields_ = [("header", ctypes.c_uint8 * TG_HEADER_MAX)]
-
-
-class TgDiff(ctypes.Structure):
-    _fields_ = [
-        ("offset", ctypes.c_uint16),
-        ("size", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8),
-        ("value", ctypes.c_uint8 * 4),
-    ]
-
-
-class TgEntry(ctypes.Structure):
-    _fields_ = [
-        ("base", ctypes.c_uint8),
-        ("diff_count", ctypes.c_uint8),
-        ("frame_len", ctypes.c_uint16),
-        ("pad", ctypes.c_uint32),
-        ("diffs", TgDiff * TG_DIFFS_MAX),
-    ]
-
-
-class TgCpu(ctypes.Structure):
-    _fields_ = [
-        ("interval_ns", ctypes.c_uint64),
-        ("limit", ctypes.c_uint64),
-        ("entry_count", ctypes.c_uint32),
-        ("header_words", ctypes.c_uint16),
-        ("data_len", ctypes.c_uint16),
-        ("next_ns", ctypes.c_uint64),
-        ("next_entry", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
-        ("tx_packets", ctypes.c_uint64),
-        ("tx_bytes", ctypes.c_uint64),
-        ("paced", ctypes.c_uint64),
-    ]
-
-
-class TgCounter(ctypes.Structure):
-    _fields_ = [("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
-
-
-SENDER_LAYOUTS = {
-    layout.map_name: layout
-    for layout in (
-        MapLayout("tg_bases", ctypes.c_uint32, TgBase),
-        MapLayout("tg_entries", ctypes.c_uint32, TgEntry, ABI),  # diff sizes
-        MapLayout("tg_cpu", ctypes.c_uint32, TgCpu, ABI),  # header words
-        MapLayout("tg_returned", ctypes.c_uint32, TgCounter),
-    )
-}
-ECHO_LAYOUTS = (MapLayout("echo_counters", ctypes.c_uint32, TgCounter),)
 
 
 class TrafficgenError(RuntimeError):

@@ -4,9 +4,10 @@
 validated against them before anything on a host changes), what a port's kind and a drop reason's number mean,
 and how a remote peer's devmap key is made.
 
-bpf/vtep/vtep_abi.h is generated from this file (`make abi`), and bpf/vtep/vtep.h includes it. The map layouts in
-layouts.py carry ABI, so loading the object, and reading a deployed VTEP's pinned maps, checks these numbers against
-the BTF (see bpf/abi.py). Nothing here needs the object: validation and vtep_info use the numbers without one.
+bpf/vtep/vtep_abi.h is generated from this file and the structs of layouts.py (`make abi`), and bpf/vtep/vtep.h
+includes it. The map layouts in layouts.py carry ABI, so loading the object, and reading a deployed VTEP's pinned
+maps, checks these numbers against the BTF (see bpf/abi.py). Nothing here needs the object: validation and vtep_info
+use the numbers without one.
 """
 
 from __future__ import annotations

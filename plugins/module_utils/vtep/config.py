@@ -5,7 +5,7 @@
 One document per host. Tunnel ports carry VXLAN; each VNI lists its local members (fixed-VNI access ports, or
 VLAN-aware trunk bindings) and its remote peers:
 
-    vlan_mode: translate                      # the default; or preserve (seed 000's), also per VNI
+    vlan_mode: translate                      # the default; or preserve, also per VNI
     fdb_aging: 300                            # seconds a learned MAC lives without a frame from it
     fdb_size: 65536                           # learned MACs, all VNIs together (an LRU table)
     tunnel_ports:
@@ -25,7 +25,7 @@ VLAN handling (vlan_mode, per VTEP or per VNI): `translate` removes a trunk's ta
 tunnelled frame carries no tag, and a frame leaving through a trunk gets that trunk's VID for its VNI; so a VNI may
 mix access ports and trunks, and trunks may carry one VNI on different VIDs. An access port carries frames as they
 are, tags included (the tags are payload, as on an 802.1Q tunnel port): a tagged frame from an access port leaves a
-trunk with the trunk's VID outside its own tags. `preserve` (seed 000's) keeps the tag inside the tunnelled frame:
+trunk with the trunk's VID outside its own tags. `preserve` keeps the tag inside the tunnelled frame:
 a VNI has one kind of local port and one VID on all its trunks.
 
 validate() returns a VtepConfig or raises ConfigError with every problem found, each naming the field

@@ -4,7 +4,7 @@
  *
  *   bench_tx     the sender: run with BPF_PROG_RUN + BPF_F_TEST_XDP_LIVE_FRAMES, XDP_TX sends every frame out of
  *                the ctx's ingress interface (the veth's far end), so it arrives on the port under test.
- *   bench_tx_flows  the same, the UDP source port of each frame one of FLOWS in turn: many flows (seed 000's
+ *   bench_tx_flows  the same, the UDP source port of each frame one of FLOWS in turn: many flows (the
  *                XDP/TC table), so that the VTEP's Outer gets a source port per flow.
  *   bench_pass   XDP_PASS: with BPF_PROG_RUN + live frames, the frames go up the stack as if received on the
  *                interface of the ctx (the Linux data planes' per-frame cost).
