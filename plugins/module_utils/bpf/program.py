@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import errno
-import json
 import os
 import socket
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import declared_enums
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout, set_rodata, shape
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, mounts
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, mounts, records
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.netlink import NetlinkError
 
@@ -115,8 +114,13 @@ class InstancePaths:
         return os.path.join(self.pin_dir, "maps")
 
     @property
+    def record(self) -> records.Record:
+        """The instance's state file (common/records.py)."""
+        return records.Record(os.path.join(self.state_dir, "programs"), f"{self.name}.json")
+
+    @property
     def state_file(self) -> str:
-        return os.path.join(self.state_dir, "programs", f"{self.name}.json")
+        return self.record.path
 
     def link_pin(self, ifname: str, hook: str = HOOK_XDP) -> str:
         return os.path.join(self.tc_links_dir if hook == HOOK_TC else self.links_dir, ifname)
@@ -339,15 +343,13 @@ def recorded_attachments(paths: InstancePaths) -> list[tuple[str, str]]:
 
 
 def load_state(paths: InstancePaths) -> dict:
-    try:
-        with open(paths.state_file) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return {}
+    """The instance's record, {} when it has none. Raises records.RecordError (a ValueError) for one that cannot be
+    read or is not a JSON object."""
+    return paths.record.load() or {}
 
 
 def write_state(paths: InstancePaths, state: dict) -> None:
-    files.write_json(paths.state_file, state)
+    paths.record.save(state)
 
 
 def check_trusted_paths(paths: InstancePaths, object_path: str | None = None) -> None:
@@ -373,9 +375,8 @@ def recorded_deploy_orders(state_dir: str) -> dict[str, int | None]:
         if not entry.endswith(".json"):
             continue
         try:
-            with open(os.path.join(programs_dir, entry)) as f:
-                order = json.load(f).get(DEPLOY_ORDER)
-        except (OSError, ValueError, AttributeError):
+            order = (records.Record(programs_dir, entry).load() or {}).get(DEPLOY_ORDER)
+        except records.RecordError:
             order = None
         orders[entry[: -len(".json")]] = order if isinstance(order, int) and not isinstance(order, bool) else None
     return orders
@@ -435,7 +436,7 @@ def recording(paths: InstancePaths, record: dict, check_mode: bool, settled: dic
             if previous:
                 write_state(paths, previous)
             else:
-                files.remove_durably(paths.state_file)
+                paths.record.remove()
         except OSError as exc:
             raise XdpProgramError(
                 f"{failure}; putting back the previous record {paths.state_file} also failed ({exc}): it names the "
@@ -1045,7 +1046,7 @@ def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> C
     had_record = os.path.exists(paths.state_file)
     if had_record and not check_mode:
         # The record goes first: a removal cut short must not come back at the next boot's restore.
-        files.remove_durably(paths.state_file)
+        paths.record.remove()
     for ifname, hook in attachments:
         running = read_running(paths, ifname, hook, record)
         label = Step(ifname, "detach", hook=hook).label

@@ -29,6 +29,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build a
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes, merged
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.records import RecordError
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.dataplane import template
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NEIGHBOUR_TIMEOUT
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import registry
@@ -176,9 +177,9 @@ class Restored:
 def _load_record(paths: xp.InstancePaths) -> dict:
     try:
         record = xp.load_state(paths)
-    except ValueError as exc:
-        raise RestoreError(f"{paths.state_file} is not valid JSON: {exc}") from exc
-    if not isinstance(record, dict) or not isinstance(record.get("interfaces"), dict):
+    except RecordError as exc:
+        raise RestoreError(str(exc)) from exc
+    if not isinstance(record.get("interfaces"), dict):
         raise RestoreError(f"{paths.state_file} does not record the instance's interfaces")
     return record
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import json
 import os
 import stat
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_layout, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.records import Record, RecordError
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records, registry
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics.exposition import Family, render, shape
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics.perf import PERF_FILE
@@ -339,22 +339,18 @@ def export(host: records.HostPaths, directory: str, check_mode: bool) -> tuple[W
     return written, collected.problems
 
 
-def record_file(state_dir: str) -> str:
-    return os.path.join(state_dir, RECORD)
-
-
 def recorded_files(state_dir: str) -> list[str]:
     """The files the record says the exporter wrote. Raises UnsafeTextfile for a record that is not its own."""
+    record = Record(state_dir, RECORD)
     try:
-        with open(record_file(state_dir)) as f:
-            record = json.load(f)
-    except FileNotFoundError:
+        found = record.load()
+    except RecordError as exc:
+        raise UnsafeTextfile(str(exc)) from None
+    if found is None:
         return []
-    except ValueError as exc:
-        raise UnsafeTextfile(f"state_dir: {record_file(state_dir)} is not valid JSON: {exc}") from None
-    paths = record.get("files") if isinstance(record, dict) else None
+    paths = found.get("files")
     if not isinstance(paths, list) or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
-        raise UnsafeTextfile(f"state_dir: {record_file(state_dir)} does not list absolute paths under 'files'")
+        raise UnsafeTextfile(f"state_dir: {record.path} does not list absolute paths under 'files'")
     return paths
 
 
@@ -364,7 +360,7 @@ def remember(state_dir: str, paths: list[str]) -> None:
     known = recorded_files(state_dir)
     wanted = sorted(set(known) | {os.path.abspath(p) for p in paths})
     if wanted != known:
-        files.write_json(record_file(state_dir), {"files": wanted})
+        Record(state_dir, RECORD).save({"files": wanted})
 
 
 def remove_all(state_dir: str, directory: str, check_mode: bool) -> list[Written]:
@@ -375,5 +371,5 @@ def remove_all(state_dir: str, directory: str, check_mode: bool) -> list[Written
     paths.update(os.path.join(directory, name) for name in (COUNTERS_FILE, PERF_FILE))
     removed = [remove_textfile(path, check_mode) for path in sorted(paths)]
     if not check_mode:
-        files.remove_durably(record_file(state_dir))
+        Record(state_dir, RECORD).remove()
     return removed
