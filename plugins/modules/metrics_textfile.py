@@ -136,7 +136,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics import host as metrics_host
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics import perf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics.exposition import MetricError, render

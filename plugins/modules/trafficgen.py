@@ -251,6 +251,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import modules
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import echo, sender
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import templates as pt
@@ -263,8 +264,8 @@ def run(module: AnsibleModule) -> dict:
         if p["state"] == "present":
             return echo.present(p, module.check_mode, build_dir)
         paths = echo.instance_paths(p["interface"], p["pin_root"], p["state_dir"])
-        counters = echo.read_counters(paths)  # before they go with the pins
-        return {**xp.removal(module, paths, "echo server"), "counters": counters}
+        counters = echo.EchoServer.read_counters(paths)  # before they go with the pins
+        return {**modules.removal(module, paths, "echo server", echo.EchoServer), "counters": counters}
     if p["state"] == "absent":
         stopped, changes = sender.stop(p["run_dir"], p["interface"], module.check_mode)
         return {**changes.result(), "stopped": stopped}
@@ -297,7 +298,7 @@ def main() -> None:
             "attach_mode": {"type": "str", "choices": ["native", "generic"], "default": "native"},
             "src_dir": {"type": "path", "default": "/var/lib/xdpfleet/src"},
             "run_dir": {"type": "path", "default": "/run/xdpfleet"},
-            **xp.HOST_PATHS_ARGUMENT_SPEC,
+            **modules.HOST_PATHS_ARGUMENT_SPEC,
         },
         mutually_exclusive=[("cpus", "threads")],
         supports_check_mode=True,

@@ -264,12 +264,12 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.dataplane.template import INCLUDE_DIRS
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NEIGHBOUR_TIMEOUT
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import modules
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import promiscuous_ports
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.writer import RollbackError
 
 
 def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
@@ -277,21 +277,21 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
     if not p["config"]:
         module.fail_json(msg="config: required with state=present")
     try:
-        return vd.deploy(
+        return vd.Vtep(
             paths,
-            p["config"],
-            p["mode"],
             p["cache_dir"],
-            p["source"],
-            p["include_dirs"],
-            p["neighbour_timeout"],
+            document=p["config"],
+            mode=p["mode"],
+            source=p["source"],
+            include_dirs=p["include_dirs"],
+            neighbour_timeout=p["neighbour_timeout"],
             backend=p["backend"],
             tc_source=p["tc_source"],
             check_mode=module.check_mode,
             build_dir=module.tmpdir if module.check_mode else None,
             check_host=True,
             allow_management_port=p["allow_management_port"],
-        )
+        ).deploy()
     except vd.VtepError as exc:
         if exc.problems:
             module.fail_json(msg=str(exc), problems=exc.problems)
@@ -300,14 +300,8 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
 
 def absent(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
     """The VTEP detached and unpinned, its record gone, and its ports' promiscuous flags as they were before it."""
-    try:
-        removed = promiscuous_ports.remove(paths, module.check_mode, "vtep")
-    except (libbpf.LibbpfError, OSError, xp.XdpProgramError, RollbackError) as exc:
-        module.fail_json(msg=f"removing vtep {paths.name}: {exc}")
-    result = {"changed": removed.changed, "removed": removed.steps, "changes": removed.steps}
-    if removed.changed:
-        result["diff"] = removed.diff()
-    return result
+    result = modules.removal(module, paths, "vtep", vd.Vtep)
+    return {**result, "changes": result["removed"]}
 
 
 def main() -> None:
@@ -321,15 +315,15 @@ def main() -> None:
             "backend": {"type": "str", "choices": ["xdp", "tc"], "default": "xdp"},
             "source": {"type": "path", "default": vd.VTEP_SOURCE},
             "tc_source": {"type": "path", "default": vd.VTEP_TC_SOURCE},
-            "include_dirs": {"type": "list", "elements": "path", "default": vd.VTEP_INCLUDE_DIRS},
-            "neighbour_timeout": {"type": "float", "default": vd.NEIGHBOUR_TIMEOUT},
-            **xp.HOST_PATHS_ARGUMENT_SPEC,
+            "include_dirs": {"type": "list", "elements": "path", "default": INCLUDE_DIRS},
+            "neighbour_timeout": {"type": "float", "default": NEIGHBOUR_TIMEOUT},
+            **modules.HOST_PATHS_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )
     if bad := names.instance_name_problem(module.params["name"]):
         module.fail_json(msg=f"name: {bad}")
-    paths = xp.InstancePaths(module.params["name"], module.params["pin_root"], module.params["state_dir"])
+    paths = modules.instance_paths(module.params)
     if module.params["state"] == "present":
         module.exit_json(**present(module, paths))
     module.exit_json(**absent(module, paths))

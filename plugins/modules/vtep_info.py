@@ -129,7 +129,7 @@ def main() -> None:
         module.fail_json(msg=f"name: {bad}")
     paths = xp.InstancePaths(module.params["name"], module.params["pin_root"])
     try:
-        counters = vd.read_counters(paths)
+        counters = vd.Vtep.read_counters(paths)
     except (vd.VtepError, libbpf.LibbpfError) as exc:
         module.fail_json(msg=str(exc))
     result = {"changed": False, "present": counters is not None}

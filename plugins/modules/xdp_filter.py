@@ -206,9 +206,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.dataplane.template import INCLUDE_DIRS
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as fd
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import xdp_before_skb
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import modules
 
 
 def warn_where_xdp_saves_nothing(module: AnsibleModule, interfaces: list[str], mode: str) -> None:
@@ -231,20 +233,20 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
     if missing := [ifname for ifname in p["interfaces"] if not netdev.exists(ifname)]:
         module.fail_json(msg=f"interfaces: {', '.join(missing)} do not exist on this host")
     try:
-        result = fd.deploy(
+        result = fd.Filter(
             paths,
-            p["rules"],
-            p["interfaces"],
-            p["hook"],
-            p["mode"],
             p["cache_dir"],
+            rules=p["rules"],
+            interfaces=p["interfaces"],
+            hook=p["hook"],
+            mode=p["mode"],
             allow_generic=p["allow_generic"],
             unparsed=p["unparsed"],
             source=p["source"],
             include_dirs=p["include_dirs"],
             check_mode=module.check_mode,
             build_dir=module.tmpdir if module.check_mode else None,
-        )
+        ).deploy()
     except fd.FilterError as exc:
         if exc.problems:
             module.fail_json(msg=str(exc), problems=exc.problems)
@@ -266,17 +268,17 @@ def main() -> None:
             "unparsed": {"type": "str", "choices": list(fd.UNPARSED), "default": "drop"},
             "rules": {"type": "list", "elements": "dict", "default": []},
             "source": {"type": "path", "default": fd.FILTER_SOURCE},
-            "include_dirs": {"type": "list", "elements": "path", "default": fd.FILTER_INCLUDE_DIRS},
-            **xp.HOST_PATHS_ARGUMENT_SPEC,
+            "include_dirs": {"type": "list", "elements": "path", "default": INCLUDE_DIRS},
+            **modules.HOST_PATHS_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )
     if bad := names.instance_name_problem(module.params["name"]):
         module.fail_json(msg=f"name: {bad}")
-    paths = xp.InstancePaths(module.params["name"], module.params["pin_root"], module.params["state_dir"])
+    paths = modules.instance_paths(module.params)
     if module.params["state"] == "present":
         module.exit_json(**present(module, paths))
-    result = xp.removal(module, paths, "filter")
+    result = modules.removal(module, paths, "filter", fd.Filter)
     module.exit_json(**result, changes=result["removed"])
 
 

@@ -191,6 +191,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import modules
 
 
 def validate(module: AnsibleModule) -> None:
@@ -287,17 +288,17 @@ def main() -> None:
             "defines": {"type": "dict", "default": {}},
             "include_dirs": {"type": "list", "elements": "path", "default": []},
             "replace_foreign": {"type": "bool", "default": False},
-            **xp.HOST_PATHS_ARGUMENT_SPEC,
+            **modules.HOST_PATHS_ARGUMENT_SPEC,
         },
         mutually_exclusive=[("source", "object")],
         required_if=[("state", "present", ("source", "object"), True)],
         supports_check_mode=True,
     )
     validate(module)
-    paths = xp.InstancePaths(module.params["name"], module.params["pin_root"], module.params["state_dir"])
+    paths = modules.instance_paths(module.params)
     if module.params["state"] == "present":
         module.exit_json(**present(module, paths))
-    module.exit_json(**xp.removal(module, paths, "xdp_program"), interfaces={}, state_file=paths.state_file)
+    module.exit_json(**modules.removal(module, paths, "xdp_program"), interfaces={}, state_file=paths.state_file)
 
 
 if __name__ == "__main__":

@@ -12,15 +12,18 @@ version_added: "0.1.0"
 description:
   - A reboot takes every bpffs pin and XDP attachment with it; the state files in C(<state_dir>/programs/) stay.
     This module re-applies each of them through the same code as the module that wrote it.
-  - A program instance (M(xdpfleet.fabric.xdp_program), the echo servers of M(xdpfleet.fabric.trafficgen)) is
-    loaded from its recorded object, with its recorded program, mode and constants, and attached to its recorded
-    interfaces. When the compile cache no longer has that object, the recorded source is compiled again with the
-    recorded include directories and defines.
+  - A program instance (M(xdpfleet.fabric.xdp_program), and echo servers recorded by an earlier version of the
+    collection) is loaded from its recorded object, with its recorded program, mode and constants, and attached to
+    its recorded interfaces. When the compile cache no longer has that object, the recorded source is compiled
+    again with the recorded include directories and defines.
   - A VTEP (M(xdpfleet.fabric.vtep)) is given its recorded document again. It goes through the same validation,
     compile, map difference and attach as the vtep module. Peer next-hop MACs that the document does not give
     are asked from the neighbour table again.
   - A router (M(xdpfleet.fabric.xdp_router)) is deployed on its recorded ports again, devmap included, through the
     same checks, compile and attach as the xdp_router module.
+  - A filter (M(xdpfleet.fabric.xdp_filter)) gets its recorded rules again, and an echo server of
+    M(xdpfleet.fabric.trafficgen) its recorded ports, addresses and MAC, each through the same steps as its
+    module.
   - Instances are restored in the order they were deployed (their records keep it), so programs that share an
     interface's tc ingress hook run in the order the playbook gave, as before the reboot. An update keeps an
     instance's place; one deployed again after its removal, or that moved onto the tc hook, comes last. An instance
@@ -83,8 +86,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 instances:
-  description: Per instance, its kind (C(program), C(vtep) or C(router)), whether it changed, what changed, and an
-    error when it could not be restored.
+  description: Per instance, its kind (C(program), C(vtep), C(filter), C(router) or C(echo)), whether it changed,
+    what changed, and an error when it could not be restored.
   returned: always
   type: dict
   sample:
@@ -95,19 +98,19 @@ instances:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NEIGHBOUR_TIMEOUT
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import modules
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records as hr
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "names": {"type": "list", "elements": "str"},
-            "neighbour_timeout": {"type": "float", "default": vd.NEIGHBOUR_TIMEOUT},
+            "neighbour_timeout": {"type": "float", "default": NEIGHBOUR_TIMEOUT},
             "retry_seconds": {"type": "float", "default": 0},
-            **xp.HOST_PATHS_ARGUMENT_SPEC,
+            **modules.HOST_PATHS_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )

@@ -173,8 +173,9 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.dataplane.template import INCLUDE_DIRS
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import modules
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy as rd
 
 
@@ -186,9 +187,9 @@ def main() -> None:
             "interfaces": {"type": "list", "elements": "str"},
             "mode": {"type": "str", "choices": list(rd.MODES), "default": "native"},
             "source": {"type": "path", "default": rd.ROUTER_SOURCE},
-            "include_dirs": {"type": "list", "elements": "path", "default": rd.ROUTER_INCLUDE_DIRS},
+            "include_dirs": {"type": "list", "elements": "path", "default": INCLUDE_DIRS},
             "bypass_forwarding_rules": {"type": "bool", "default": False},
-            **xp.HOST_PATHS_ARGUMENT_SPEC,
+            **modules.HOST_PATHS_ARGUMENT_SPEC,
         },
         required_if=[("state", "present", ["interfaces"])],
         supports_check_mode=True,
@@ -196,22 +197,22 @@ def main() -> None:
     p = module.params
     if bad := names.instance_name_problem(p["name"]):
         module.fail_json(msg=f"name: {bad}")
-    paths = xp.InstancePaths(p["name"], p["pin_root"], p["state_dir"])
+    paths = modules.instance_paths(p)
     if p["state"] == "absent":
-        result = xp.removal(module, paths, "router")
+        result = modules.removal(module, paths, "router", rd.Router)
         module.exit_json(**result, changes=result["removed"])
     try:
-        result = rd.deploy(
+        result = rd.Router(
             paths,
-            p["interfaces"],
-            p["mode"],
             p["cache_dir"],
-            p["source"],
-            p["include_dirs"],
+            interfaces=p["interfaces"],
+            mode=p["mode"],
+            source=p["source"],
+            include_dirs=p["include_dirs"],
             check_mode=module.check_mode,
             build_dir=module.tmpdir if module.check_mode else None,
             bypass_forwarding_rules=p["bypass_forwarding_rules"],
-        )
+        ).deploy()
     except rd.RouterError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(**result)

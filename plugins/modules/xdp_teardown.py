@@ -90,7 +90,8 @@ other_records:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import modules
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records as hr
 
 
 def main() -> None:
@@ -98,7 +99,7 @@ def main() -> None:
         argument_spec={
             "run_dir": {"type": "path", "default": hr.RUN_DIR},
             "stop_timeout": {"type": "float", "default": hr.SENDER_STOP_SECONDS},
-            **xp.HOST_PATHS_ARGUMENT_SPEC,
+            **modules.HOST_PATHS_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )

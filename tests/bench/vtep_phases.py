@@ -80,9 +80,9 @@ def main() -> int:
     start = time.perf_counter()
     if profiler:
         profiler.enable()
-    result = deploy.deploy(
-        paths, document, "native", xp.CACHE_DIR, check_mode=args.check, check_host=True, build_dir="/tmp"
-    )
+    result = deploy.Vtep(
+        paths, xp.CACHE_DIR, document=document, check_mode=args.check, check_host=True, build_dir="/tmp"
+    ).deploy()
     if profiler:
         profiler.disable()
     TIMER.add("deploy() in all", time.perf_counter() - start)

@@ -96,10 +96,10 @@ class RouterNetns:
         self, interfaces=PORTS, mode: str = "native", check_mode: bool = False, bypass_forwarding_rules: bool = False
     ) -> dict:
         with self.inside():
-            return deploy.deploy(
-                self.paths, list(interfaces), mode, self.cache_dir, SOURCE, INCLUDE_DIRS, check_mode=check_mode,
-                bypass_forwarding_rules=bypass_forwarding_rules,
-            )  # fmt: skip
+            return deploy.Router(
+                self.paths, self.cache_dir, interfaces=list(interfaces), mode=mode, source=SOURCE,
+                include_dirs=INCLUDE_DIRS, check_mode=check_mode, bypass_forwarding_rules=bypass_forwarding_rules,
+            ).deploy()  # fmt: skip
 
     def mac(self, node: str, ifname: str) -> bytes:
         return mac_bytes(mac(self.ns[node], ifname))
@@ -124,7 +124,7 @@ class RouterNetns:
 
     def counters(self) -> dict[str, int]:
         """Packets per verdict."""
-        return {verdict: c["packets"] for verdict, c in deploy.read_counters(self.paths).items()}
+        return {verdict: c["packets"] for verdict, c in deploy.Router.read_counters(self.paths).items()}
 
     def prog_id(self, port: str) -> int:
         with self.inside():

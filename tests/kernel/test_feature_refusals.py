@@ -73,7 +73,7 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, features, program as xp
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as fd
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records as hr
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
     args = json.loads(sys.argv[2])
     repo, work, kernels = args["repo"], args["work"], args["kernels"]
@@ -134,17 +134,18 @@ CHILD = textwrap.dedent(
         return {"error": error, "result": result, "before": before, "after": snapshot(ifnames)}
 
     def vtep(name, document, backend, check_mode=False):
-        return lambda: vd.deploy(
-            host.instance(name), document, "native", host.cache_dir, repo + "/bpf/vtep/vtep_xdp.c", include,
-            backend=backend, tc_source=repo + "/bpf/vtep/vtep_tc.c", check_mode=check_mode,
+        return lambda: vd.Vtep(
+            host.instance(name), host.cache_dir, document=document, source=repo + "/bpf/vtep/vtep_xdp.c",
+            include_dirs=include, backend=backend, tc_source=repo + "/bpf/vtep/vtep_tc.c", check_mode=check_mode,
             build_dir=os.path.join(work, "build") if check_mode else None,
-        )
+        ).deploy()
 
     def the_filter(name, ifname, hook):
-        return lambda: fd.deploy(
-            host.instance(name), [{"name": "udp-9999", "action": "drop", "protocol": "udp", "dst_port": 9999}],
-            [ifname], hook, "native", host.cache_dir, source=repo + "/bpf/filter/filter.c", include_dirs=include,
-        )
+        return lambda: fd.Filter(
+            host.instance(name), host.cache_dir,
+            rules=[{"name": "udp-9999", "action": "drop", "protocol": "udp", "dst_port": 9999}], interfaces=[ifname],
+            hook=hook, source=repo + "/bpf/filter/filter.c", include_dirs=include,
+        ).deploy()
 
     def program(name, check_mode=False):
         return lambda: xp.converge(host.instance(name), args["jiffies_object"], None, "native", {}, ["p0"], None,

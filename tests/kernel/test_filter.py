@@ -447,11 +447,11 @@ def test_deploy_changes_rules_in_place_keeping_program_and_counters(veth, tmp_pa
 
     def run(items, check_mode=False):
         with netns(veth.ns):
-            return fd.deploy(
-                paths, items, ["frx"], "xdp", "native", str(tmp_path / "cache"),
+            return fd.Filter(
+                paths, str(tmp_path / "cache"), rules=items, interfaces=["frx"], hook="xdp", mode="native",
                 source=str(REPO / "bpf" / "filter" / "filter.c"), include_dirs=[str(REPO / "bpf" / "include")],
                 check_mode=check_mode, build_dir=str(tmp_path / "build"),
-            )  # fmt: skip
+            ).deploy()  # fmt: skip
 
     try:
         created = run(first)
@@ -476,7 +476,7 @@ def test_deploy_changes_rules_in_place_keeping_program_and_counters(veth, tmp_pa
         with netns(veth.ns):
             assert libbpf.xdp_query(veth.rx_ifindex).prog_id == created["program_id"]
         assert xp.load_state(paths)["filter"] == {"rules": second, "hook": "xdp", "unparsed": "drop"}
-        assert fd.read_counters(paths)["rules"] == facts["rules"]
+        assert fd.Filter.read_counters(paths)["rules"] == facts["rules"]
     finally:
         with netns(veth.ns):
             xp.remove(paths, check_mode=False)

@@ -39,20 +39,20 @@ STEP = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_layout, build, program as xp
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as filter_deploy
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vtep_deploy
     args = json.loads(sys.argv[2])
     host = records.HostPaths(args["state_dir"], args["pin_root"], args["cache_dir"])
     src, include = args["src"], [os.path.join(args["src"], "include")]
     if args["do"] == "deploy":
-        vtep_deploy.deploy(host.instance("vtep"), args["vtep"], "native", host.cache_dir,
-                           os.path.join(src, "vtep", "vtep_xdp.c"), include)
+        vtep_deploy.Vtep(host.instance("vtep"), host.cache_dir, document=args["vtep"],
+                         source=os.path.join(src, "vtep", "vtep_xdp.c"), include_dirs=include).deploy()
         counter = os.path.join(src, "counter", "counter.c")
         obj, _ = build.compile_object(counter, host.cache_dir, include)
         xp.converge(host.instance("counter"), obj, None, "native", {"count_only_proto": 17}, ["ulp"], counter,
                     build={"include_dirs": include, "defines": {}})
-        filter_deploy.deploy(host.instance("edge"), args["rules"], ["ulp"], "tc", "native", host.cache_dir,
-                             source=os.path.join(src, "filter", "filter.c"), include_dirs=include)
+        filter_deploy.Filter(host.instance("edge"), host.cache_dir, rules=args["rules"], interfaces=["ulp"], hook="tc",
+                             source=os.path.join(src, "filter", "filter.c"), include_dirs=include).deploy()
         print("{}")
     elif args["do"] == "deploy_other":
         obj, _ = build.compile_object(args["other"], host.cache_dir)
@@ -61,8 +61,8 @@ STEP = textwrap.dedent(
     else:
         counter = btf_layout.read_pinned_map(host.instance("counter").map_pin("xdp_counters"), False, False)
         print(json.dumps({
-            "vtep": vtep_deploy.read_counters(host.instance("vtep")),
-            "edge": filter_deploy.read_counters(host.instance("edge")),
+            "vtep": vtep_deploy.Vtep.read_counters(host.instance("vtep")),
+            "edge": filter_deploy.Filter.read_counters(host.instance("edge")),
             "counter": counter["entries"],
         }))
     """

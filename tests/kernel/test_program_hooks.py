@@ -28,7 +28,7 @@ CHILD = textwrap.dedent(
     import json, os, socket, subprocess, sys, time
     sys.path.insert(0, sys.argv[1])
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, libbpf, program as xp
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records as hr
     subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
     obj_path, state_dir = sys.argv[2], sys.argv[3]
     host = hr.HostPaths(state_dir, "/sys/fs/bpf/xdpfleet", state_dir + "/cache")

@@ -1,7 +1,7 @@
 """A program instance's state record against faults between the data plane and the record (bpf/program.py): the
 process killed by SIGKILL around the change, and a state directory on a full file system (a small tmpfs, a real
 ENOSPC). After each, a re-run converges and says whether it changed anything, and the restore at boot
-(host/records.py) brings back the configuration last applied, never an older one.
+(instances/records.py) brings back the configuration last applied, never an older one.
 
 Each step runs in its own process in a network namespace with a veth (as a module run would), so a step can be
 killed for real; the instance's pins live on a bpffs of the test's own."""
@@ -29,7 +29,7 @@ STEP = textwrap.dedent(
     import json, os, signal, sys
     sys.path.insert(0, sys.argv[1])
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build, program as xp
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records as hr
     args = json.loads(sys.argv[2])
     host = hr.HostPaths(args["state_dir"], args["pin_root"], args["cache_dir"])
     paths = host.instance("counter")

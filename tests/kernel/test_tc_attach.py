@@ -30,7 +30,7 @@ CHILD = textwrap.dedent(
     import json, os, socket, struct, subprocess, sys, time
     sys.path.insert(0, sys.argv[1])
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, libbpf, program as xp
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records as hr
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
     subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
     obj, obj_v2, state_dir, repo = sys.argv[2:6]
@@ -166,8 +166,9 @@ CHILD = textwrap.dedent(
     tap.bind(("ulp", 0))
     tap.settimeout(2)
     def deploy_vtep():
-        return vd.deploy(vtep, document, "native", host.cache_dir, repo + "/bpf/vtep/vtep_xdp.c",
-                         [repo + "/bpf/include"], backend="tc", tc_source=repo + "/bpf/vtep/vtep_tc.c")
+        return vd.Vtep(vtep, host.cache_dir, document=document, source=repo + "/bpf/vtep/vtep_xdp.c",
+                       include_dirs=[repo + "/bpf/include"], backend="tc",
+                       tc_source=repo + "/bpf/vtep/vtep_tc.c").deploy()
     result = deploy_vtep()
     out["vtep"] = result["program"]
     out["vtep_filters"] = {p: [f.name for f in cls_bpf.filters(socket.if_nametoindex(p))] for p in ("acc", "ul")}

@@ -112,7 +112,8 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf, libbpf, program as xp
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, kill_points
-    from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import promisc, records as hr
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import promisc
+    from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records as hr
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd, layouts, plan, writer
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import InterfaceFacts, validate
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.promiscuous_ports import served_ports
@@ -235,8 +236,8 @@ CHILD = textwrap.dedent(
             include = [os.path.join(args["repo"], "bpf", "include")]
             document = args[action.split()[1]]
             before = kill_points.passed
-            vd.deploy(paths, document, args["mode"], host.cache_dir, source, include, backend=args["backend"],
-                      tc_source=tc_source)
+            vd.Vtep(paths, host.cache_dir, document=document, mode=args["mode"], source=source, include_dirs=include,
+                    backend=args["backend"], tc_source=tc_source).deploy()
             out.append({"steps": kill_points.passed - before})
     print(json.dumps(out))
     """

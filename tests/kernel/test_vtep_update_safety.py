@@ -320,7 +320,7 @@ document, backend, allow, pins = json.loads(sys.argv[1])
 try:
     if backend == "xdp":
         paths = xp.InstancePaths("vtep", pins, pins + "-state")
-        vd.deploy(paths, document, "native", pins + "-cache", check_host=True, allow_management_port=allow)
+        vd.Vtep(paths, pins + "-cache", document=document, check_host=True, allow_management_port=allow).deploy()
     else:
         with lv.open_ipr() as ipr:
             lv.deploy(ipr, document, pins + "-state", False, allow)

@@ -221,7 +221,7 @@ def test_the_host_library_tree_is_the_python_sources_without_byte_code(tmp_path)
     """tree=module_utils (the xdp_host role's library for its units); byte-code caches, which the controller's Python
     writes there, stay behind (they are not UTF-8: read_tree would refuse them)."""
     paths = [entry["path"] for entry in read_tree(TREES["module_utils"])]
-    assert "host/records.py" in paths and "vtep/deploy.py" in paths
+    assert "instances/records.py" in paths and "vtep/deploy.py" in paths
     assert not [p for p in paths if not p.endswith(".py")], paths
     (tmp_path / "host" / "__pycache__").mkdir(parents=True)
     (tmp_path / "host" / "records.py").write_text("RECORDS = 1\n")

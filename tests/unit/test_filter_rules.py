@@ -7,7 +7,7 @@ import pytest
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import abi, rules, writer
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter.deploy import FilterError, attach_mode, deploy
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter.deploy import Filter, FilterError, attach_mode
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.probe import xdp_before_skb
 
 
@@ -121,8 +121,8 @@ def test_unparsed_switches_with_the_order_and_says_so():
 
 def test_an_unknown_unparsed_is_refused_before_anything():
     with pytest.raises(FilterError, match=r"unparsed: 'accept' is not one of drop, pass"):
-        deploy(xp.InstancePaths("f", "/nonexistent/bpffs", "/nonexistent/state"), [], ["eth0"], "xdp", "native",
-               "/nonexistent/cache", unparsed="accept")  # fmt: skip
+        Filter(xp.InstancePaths("f", "/nonexistent/bpffs", "/nonexistent/state"), "/nonexistent/cache", rules=[],
+               interfaces=["eth0"], unparsed="accept").deploy()  # fmt: skip
 
 
 def test_generic_xdp_is_refused_unless_allowed():

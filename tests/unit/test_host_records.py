@@ -4,8 +4,11 @@
 import json
 import subprocess
 
+import pytest
+
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records as hr
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.records import RecordError
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records as hr
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator
 
 
@@ -90,3 +93,17 @@ def test_restore_follows_the_order_of_deployment_which_an_update_keeps(tmp_path)
     (tmp_path / "state" / "programs" / "old.json").write_text(json.dumps({"name": "old", "interfaces": {}}))
     assert order() == ["old", "aa-filter", "mm-filter", "xdp-only", "zz-vtep"]
     assert hr.in_deploy_order(host, ["zz-vtep", "aa-filter"]) == ["aa-filter", "zz-vtep"]
+
+
+def test_instance_records_are_common_records(tmp_path):
+    """An instance's state file is a record of common/records.py: a corrupt one names its field and file, and does
+    not count for the order of deployment; the file stays the JSON it was."""
+    paths = xp.InstancePaths("one", str(tmp_path / "pins"), str(tmp_path / "state"))
+    assert paths.state_file == str(tmp_path / "state" / "programs" / "one.json") and xp.load_state(paths) == {}
+    xp.write_state(paths, {"name": "one", "deploy_order": 3})
+    assert json.loads((tmp_path / "state" / "programs" / "one.json").read_text()) == {"deploy_order": 3, "name": "one"}
+    (tmp_path / "state" / "programs" / "two.json").write_text("[1]")
+    (tmp_path / "state" / "programs" / "three.json").write_text("{")
+    assert xp.recorded_deploy_orders(str(tmp_path / "state")) == {"one": 3, "two": None, "three": None}
+    with pytest.raises(RecordError, match=r"^state_dir: the record .*/programs/two.json is corrupt \(a JSON list"):
+        xp.load_state(xp.InstancePaths("two", str(tmp_path / "pins"), str(tmp_path / "state")))

@@ -104,7 +104,7 @@ def test_one_family_per_name():
 
 
 def vtep_counters(rx: int) -> dict:
-    """vtep_deploy.read_counters()'s shape (the vtep_info module's facts)."""
+    """Vtep.read_counters()'s shape (the vtep_info module's facts)."""
     vni = {
         "rx_packets": rx, "rx_bytes": rx * 98, "tx_packets": 3 * rx, "tx_bytes": 344 * rx,
         "drops": {"not_peer": 2}, "fdb_events": dict.fromkeys(FDB_EVENTS, 0) | {"flooded": 4},

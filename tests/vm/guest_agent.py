@@ -101,17 +101,17 @@ def counter_read() -> int:
 def filter_deploy(ifname: str, hook: str, mode: str, rules: list, cache_dir: str) -> dict:
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy
 
-    result = deploy.deploy(
-        paths("filter"), rules, [ifname], hook, mode, cache_dir, allow_generic=True,
+    result = deploy.Filter(
+        paths("filter"), cache_dir, rules=rules, interfaces=[ifname], hook=hook, mode=mode, allow_generic=True,
         source=str(SRC / "filter" / "filter.c"), include_dirs=INCLUDE_DIRS,
-    )  # fmt: skip
+    ).deploy()  # fmt: skip
     return {"changed": result["changed"], "program": result["program"]}
 
 
 def filter_read() -> dict:
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy
 
-    counters = deploy.read_counters(paths("filter"))
+    counters = deploy.Filter.read_counters(paths("filter"))
     out = {rule["name"]: rule["packets"] for rule in counters["rules"]}
     out.update({reason: c["packets"] for reason, c in counters["unmatched"].items()})
     return out
@@ -139,29 +139,32 @@ def set_promisc(ifname: str, on: bool) -> None:
 def router_deploy(interfaces: list[str], mode: str, cache_dir: str) -> dict:
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy
 
-    result = deploy.deploy(paths("router"), interfaces, mode, cache_dir, str(SRC / "router" / "router.c"), INCLUDE_DIRS)
+    result = deploy.Router(
+        paths("router"), cache_dir, interfaces=interfaces, mode=mode, source=str(SRC / "router" / "router.c"),
+        include_dirs=INCLUDE_DIRS,
+    ).deploy()
     return {"changed": result["changed"], "program": result["program"]}
 
 
 def router_read() -> dict:
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy
 
-    return {verdict: c["packets"] for verdict, c in deploy.read_counters(paths("router")).items()}
+    return {verdict: c["packets"] for verdict, c in deploy.Router.read_counters(paths("router")).items()}
 
 
 def vtep_deploy(document: dict, mode: str, backend: str, cache_dir: str) -> dict:
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy
 
-    result = deploy.deploy(
+    result = deploy.Vtep(
         paths("vtep"),
-        document,
-        mode,
         cache_dir,
-        str(SRC / "vtep" / "vtep_xdp.c"),
-        INCLUDE_DIRS,
+        document=document,
+        mode=mode,
+        source=str(SRC / "vtep" / "vtep_xdp.c"),
+        include_dirs=INCLUDE_DIRS,
         backend=backend,
         tc_source=str(SRC / "vtep" / "vtep_tc.c"),
-    )
+    ).deploy()
     return {"changed": result["changed"], "program": result["program"]}
 
 
@@ -169,7 +172,7 @@ def vtep_drops() -> dict:
     """Frames the VTEP dropped, per port and reason."""
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy
 
-    facts = deploy.read_counters(paths("vtep"))
+    facts = deploy.Vtep.read_counters(paths("vtep"))
     return {port: c["drops"] for port, c in facts["ports"].items() if c.get("drops")}
 
 
@@ -187,7 +190,7 @@ def echo_deploy(ifname: str, mode: str, ports: list[int], addresses: list[str], 
 def echo_read(ifname: str) -> int:
     from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import echo
 
-    return echo.read_counters(echo.instance_paths(ifname, PIN_ROOT, STATE_DIR))["packets"]
+    return echo.EchoServer.read_counters(echo.instance_paths(ifname, PIN_ROOT, STATE_DIR))["packets"]
 
 
 def echo_remove(ifname: str) -> list[str]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import errno
-import json
 import os
 import socket
 from dataclasses import dataclass, field
@@ -33,19 +32,13 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import cls_bpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import declared_enums
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout, set_rodata, shape
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, mounts
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files, mounts, records
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.netlink import NetlinkError
 
 PIN_ROOT = "/sys/fs/bpf/xdpfleet"
 STATE_DIR = "/var/lib/xdpfleet"
 CACHE_DIR = "/var/lib/xdpfleet/cache"
-# The options of doc fragment xdpfleet.fabric.host_paths, for the modules that keep programs on a host.
-HOST_PATHS_ARGUMENT_SPEC = {
-    "cache_dir": {"type": "path", "default": CACHE_DIR},
-    "pin_root": {"type": "path", "default": PIN_ROOT},
-    "state_dir": {"type": "path", "default": STATE_DIR},
-}
 # Map flags the kernel adds by itself, by map type: programs cannot write a devmap (DEVMAP, DEVMAP_HASH), so it
 # creates each with BPF_F_RDONLY_PROG, which the object does not declare (the kernel refuses it at creation).
 KERNEL_MAP_FLAGS = {
@@ -121,8 +114,13 @@ class InstancePaths:
         return os.path.join(self.pin_dir, "maps")
 
     @property
+    def record(self) -> records.Record:
+        """The instance's state file (common/records.py)."""
+        return records.Record(os.path.join(self.state_dir, "programs"), f"{self.name}.json")
+
+    @property
     def state_file(self) -> str:
-        return os.path.join(self.state_dir, "programs", f"{self.name}.json")
+        return self.record.path
 
     def link_pin(self, ifname: str, hook: str = HOOK_XDP) -> str:
         return os.path.join(self.tc_links_dir if hook == HOOK_TC else self.links_dir, ifname)
@@ -345,15 +343,13 @@ def recorded_attachments(paths: InstancePaths) -> list[tuple[str, str]]:
 
 
 def load_state(paths: InstancePaths) -> dict:
-    try:
-        with open(paths.state_file) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return {}
+    """The instance's record, {} when it has none. Raises records.RecordError (a ValueError) for one that cannot be
+    read or is not a JSON object."""
+    return paths.record.load() or {}
 
 
 def write_state(paths: InstancePaths, state: dict) -> None:
-    files.write_json(paths.state_file, state)
+    paths.record.save(state)
 
 
 def check_trusted_paths(paths: InstancePaths, object_path: str | None = None) -> None:
@@ -379,9 +375,8 @@ def recorded_deploy_orders(state_dir: str) -> dict[str, int | None]:
         if not entry.endswith(".json"):
             continue
         try:
-            with open(os.path.join(programs_dir, entry)) as f:
-                order = json.load(f).get(DEPLOY_ORDER)
-        except (OSError, ValueError, AttributeError):
+            order = (records.Record(programs_dir, entry).load() or {}).get(DEPLOY_ORDER)
+        except records.RecordError:
             order = None
         orders[entry[: -len(".json")]] = order if isinstance(order, int) and not isinstance(order, bool) else None
     return orders
@@ -441,7 +436,7 @@ def recording(paths: InstancePaths, record: dict, check_mode: bool, settled: dic
             if previous:
                 write_state(paths, previous)
             else:
-                files.remove_durably(paths.state_file)
+                paths.record.remove()
         except OSError as exc:
             raise XdpProgramError(
                 f"{failure}; putting back the previous record {paths.state_file} also failed ({exc}): it names the "
@@ -830,17 +825,21 @@ def compiled_instance(
     map_sizes: dict[str, int] | None = None,
     tc_program: str | None = None,
     tc_source: str | None = None,
+    constants: dict | None = None,
 ) -> tuple[str, Instance]:
     """A data plane's source compiled (through the cache; into build_dir on a miss in check mode) and loaded as the
     instance's desired state: the start of every data plane's deploy. Returns the object's path and the Instance.
     tc_source: the source of tc_program when it has an object of its own (Instance's tc_object_path).
+    constants: the object's .rodata constants (Instance's).
     Raises XdpProgramError with the compiler's or the verifier's message; nothing on the host changed."""
     try:
         object_path, _built = bpf_build.compile_object(source, cache_dir, include_dirs, build_dir=build_dir)
         tc_object_path = None
         if tc_source:
             tc_object_path, _built = bpf_build.compile_object(tc_source, cache_dir, include_dirs, build_dir=build_dir)
-        instance = Instance(paths, object_path, program, mode, {}, layouts, map_sizes, tc_program, tc_object_path)
+        instance = Instance(
+            paths, object_path, program, mode, constants or {}, layouts, map_sizes, tc_program, tc_object_path
+        )
     except (bpf_build.CompileError, libbpf.LibbpfError, ValueError) as exc:
         raise XdpProgramError(str(exc)) from exc
     return object_path, instance
@@ -1047,7 +1046,7 @@ def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> C
     had_record = os.path.exists(paths.state_file)
     if had_record and not check_mode:
         # The record goes first: a removal cut short must not come back at the next boot's restore.
-        files.remove_durably(paths.state_file)
+        paths.record.remove()
     for ifname, hook in attachments:
         running = read_running(paths, ifname, hook, record)
         label = Step(ifname, "detach", hook=hook).label
@@ -1078,16 +1077,3 @@ def remove(paths: InstancePaths, check_mode: bool, label: str = "instance") -> C
     if had_record:
         removed.add(f"remove state file {paths.state_file}", before=f"state file {paths.state_file}")
     return removed
-
-
-def removal(module, paths: InstancePaths, label: str) -> dict:
-    """state=absent for a module that keeps an instance: remove it (or say what would go, in check mode) and return
-    changed, the steps taken (removed), and the diff; a failure fails the module naming the instance."""
-    try:
-        removed = remove(paths, module.check_mode, label)
-    except (libbpf.LibbpfError, OSError, XdpProgramError) as exc:
-        module.fail_json(msg=f"removing {label} {paths.name}: {exc}")
-    result = {"changed": removed.changed, "removed": removed.steps}
-    if removed.changed:
-        result["diff"] = removed.diff()
-    return result

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 NUD_REACHABLE = 0x02
 NUD_PERMANENT = 0x80
 USABLE_STATES = NUD_REACHABLE | 0x04 | 0x08 | 0x10 | NUD_PERMANENT  # REACHABLE, STALE, DELAY, PROBE, PERMANENT
+NEIGHBOUR_TIMEOUT = 3.0  # seconds a next hop may take to answer ARP or ND, by default
 NTF_USE = 0x01  # RTM_NEWNEIGH flag: treat the entry as used (the kernel resolves or re-confirms it), change nothing
 
 

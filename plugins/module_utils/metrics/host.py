@@ -2,9 +2,9 @@
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 """A host's counters as Prometheus metrics, written for node_exporter's textfile collector.
 
-Every instance the host's records name (host/records.py) is read from its pinned maps by the reader its own
-module uses: vtep/deploy.read_counters (xdpfleet.fabric.vtep_info), filter/deploy.read_counters, router/
-deploy.read_counters, and for a program instance with bpf/counter's map (the xdp_counter role's) btf_layout's
+Every instance the host's records name (instances/records.py) is read from its pinned maps by the reader its own
+module uses: its data plane's read_counters (instances/registry.py finds the data plane; xdpfleet.fabric.vtep_info
+reads the VTEP's so), and for a program instance with bpf/counter's map (the xdp_counter role's) btf_layout's
 read_pinned_map (xdpfleet.fabric.bpf_map_info). export() writes them all into one file; it is what both the
 xdpfleet.fabric.metrics_textfile module and the host-side entry point (roles/prometheus_textfile/files/
 xdpfleet-metrics, run by a systemd timer) call.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import json
 import os
 import stat
 from dataclasses import dataclass, field
@@ -29,13 +28,10 @@ from dataclasses import dataclass, field
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import btf_layout, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as filter_deploy
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import records
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.records import Record, RecordError
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import records, registry
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics.exposition import Family, render, shape
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.metrics.perf import PERF_FILE
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy as router_deploy
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vtep_deploy
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import DROP_REASONS, FDB_EVENTS
 
 DEFAULT_DIRECTORY = "/var/lib/prometheus/node-exporter"  # Debian's prometheus-node-exporter reads this one
 COUNTERS_FILE = "xdpfleet.prom"
@@ -57,9 +53,7 @@ class XdpCounter(ctypes.Structure):
 # Checked against the pinned map's BTF before it is read: another program's map of that name is not a counter.
 COUNTER_LAYOUT = btf_layout.MapLayout(COUNTER_MAP, ctypes.c_uint32, XdpCounter)
 READ_ERRORS = (
-    vtep_deploy.VtepError,
-    filter_deploy.FilterError,
-    router_deploy.RouterError,
+    *registry.ERRORS,
     btf_layout.LayoutMismatch,
     libbpf.LibbpfError,
     OSError,
@@ -97,7 +91,7 @@ TRAFFIC = (
 
 
 def add_vtep(out: Families, name: str, counters: dict) -> None:
-    """vtep_deploy.read_counters()'s counters (the vtep_info module's facts) as families."""
+    """The VTEP's read_counters()'s counters (the vtep_info module's facts) as families."""
     scopes = (
         ("vni", "vni", counters["vnis"], "into or out of the VNI (inner frames: on its local ports, and "
          "decapsulated from or encapsulated for its peers)"),
@@ -113,7 +107,7 @@ def add_vtep(out: Families, name: str, counters: dict) -> None:
                 f"xdpfleet_vtep_{scope}_dropped_packets_total",
                 f"VTEP: frames dropped {where}, by reason (bpf/vtep/vtep_abi.h, enum drop_reason).",
             )
-            for reason in DROP_REASONS:
+            for reason in registry.plane("vtep").labels["reason"]:
                 drops.add(entry["drops"].get(reason, 0), **labels, reason=reason)
     for vni, entry in counters["vnis"].items():
         labels = {"vtep": name, "vni": vni}
@@ -121,7 +115,7 @@ def add_vtep(out: Families, name: str, counters: dict) -> None:
             "xdpfleet_vtep_vni_fdb_events_total",
             "VTEP: forwarding events per VNI (learned, moved, aged_out, static_conflict, known_unicast, flooded).",
         )
-        for event in FDB_EVENTS:
+        for event in registry.plane("vtep").labels["event"]:
             events.add(entry["fdb_events"][event], **labels, event=event)
         table = entry.get("fdb", {})
         entries = out.gauge("xdpfleet_vtep_vni_fdb_entries", "VTEP: MACs in the VNI's forwarding table, by type.")
@@ -130,7 +124,7 @@ def add_vtep(out: Families, name: str, counters: dict) -> None:
 
 
 def add_filter(out: Families, name: str, counters: dict) -> None:
-    """filter_deploy.read_counters()'s counters: per rule (in rule order) and frames no rule decided, by reason."""
+    """The filter's read_counters()'s counters: per rule (in rule order) and frames no rule decided, by reason."""
     for unit in ("packets", "bytes"):
         rules = out.counter(
             f"xdpfleet_filter_rule_{unit}_total", f"Packet filter: {unit} each rule matched (its action: count, drop)."
@@ -146,7 +140,7 @@ def add_filter(out: Families, name: str, counters: dict) -> None:
 
 
 def add_router(out: Families, name: str, counters: dict) -> None:
-    """router_deploy.read_counters()'s counters: per verdict (bpf/router/router_abi.h, enum router_verdict)."""
+    """The router's read_counters()'s counters: per verdict (bpf/router/router_abi.h, enum router_verdict)."""
     for unit in ("packets", "bytes"):
         verdicts = out.counter(
             f"xdpfleet_router_{unit}_total",
@@ -166,6 +160,9 @@ def add_counter(out: Families, name: str, entries: list[dict]) -> None:
                 slots.add(entry["value"][unit], program=name, slot=entry["key"])
 
 
+FAMILIES = {"vtep": add_vtep, "filter": add_filter, "router": add_router}  # data plane -> how its counters go out
+
+
 @dataclass
 class Collected:
     families: list[Family]
@@ -182,10 +179,11 @@ def collect(host: records.HostPaths) -> Collected:
     problems = []
     for name in records.recorded_instances(host):
         paths = host.instance(name)
-        kind = "program"
+        kind = registry.PROGRAM
         try:
-            kind = records.instance_kind(xp.load_state(paths))
-            if kind == "program":
+            record = xp.load_state(paths)
+            kind, plane = registry.kind_of(record), registry.plane_of(record)
+            if plane is None:
                 pin = paths.map_pin(COUNTER_MAP)
                 if not os.path.exists(pin):
                     continue  # a program without counters of ours (an echo server, a program of the user's)
@@ -193,16 +191,13 @@ def collect(host: records.HostPaths) -> Collected:
                 with libbpf.PinnedMap(pin) as pinned:
                     COUNTER_LAYOUT.check_pinned(pinned)
                 add_counter(out, name, btf_layout.read_pinned_map(pin, per_cpu=False, skip_zero=False)["entries"])
-            else:
-                reader = {
-                    "vtep": (vtep_deploy.read_counters, add_vtep),
-                    "filter": (filter_deploy.read_counters, add_filter),
-                    "router": (router_deploy.read_counters, add_router),
-                }[kind]
-                counters = reader[0](paths)
+            elif kind in FAMILIES:
+                counters = plane.read_counters(paths)
                 if counters is None:
                     raise ValueError(f"recorded in {paths.state_file}, but none of its maps is pinned (not running)")
-                reader[1](out, name, counters)
+                FAMILIES[kind](out, name, counters)
+            else:
+                continue  # a data plane whose counters the exporter does not write (the echo server's)
         except READ_ERRORS as exc:
             problems.append(f"{name}: {exc}")
             read.add(0, kind=kind, name=name)
@@ -344,22 +339,18 @@ def export(host: records.HostPaths, directory: str, check_mode: bool) -> tuple[W
     return written, collected.problems
 
 
-def record_file(state_dir: str) -> str:
-    return os.path.join(state_dir, RECORD)
-
-
 def recorded_files(state_dir: str) -> list[str]:
     """The files the record says the exporter wrote. Raises UnsafeTextfile for a record that is not its own."""
+    record = Record(state_dir, RECORD)
     try:
-        with open(record_file(state_dir)) as f:
-            record = json.load(f)
-    except FileNotFoundError:
+        found = record.load()
+    except RecordError as exc:
+        raise UnsafeTextfile(str(exc)) from None
+    if found is None:
         return []
-    except ValueError as exc:
-        raise UnsafeTextfile(f"state_dir: {record_file(state_dir)} is not valid JSON: {exc}") from None
-    paths = record.get("files") if isinstance(record, dict) else None
+    paths = found.get("files")
     if not isinstance(paths, list) or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
-        raise UnsafeTextfile(f"state_dir: {record_file(state_dir)} does not list absolute paths under 'files'")
+        raise UnsafeTextfile(f"state_dir: {record.path} does not list absolute paths under 'files'")
     return paths
 
 
@@ -369,7 +360,7 @@ def remember(state_dir: str, paths: list[str]) -> None:
     known = recorded_files(state_dir)
     wanted = sorted(set(known) | {os.path.abspath(p) for p in paths})
     if wanted != known:
-        files.write_json(record_file(state_dir), {"files": wanted})
+        Record(state_dir, RECORD).save({"files": wanted})
 
 
 def remove_all(state_dir: str, directory: str, check_mode: bool) -> list[Written]:
@@ -380,5 +371,5 @@ def remove_all(state_dir: str, directory: str, check_mode: bool) -> list[Written
     paths.update(os.path.join(directory, name) for name in (COUNTERS_FILE, PERF_FILE))
     removed = [remove_textfile(path, check_mode) for path in sorted(paths)]
     if not check_mode:
-        files.remove_durably(record_file(state_dir))
+        Record(state_dir, RECORD).remove()
     return removed

@@ -1,11 +1,10 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
-"""Deploying the XDP router (bpf/router) on a host: check the interfaces and the kernel's forwarding switches,
-compile and load the data plane, write its ports into the devmap and attach it to them (or, in check mode, only say
-what would change); and reading its per-verdict counters.
+"""The XDP router (bpf/router) as a data plane (dataplane/template.py): the interfaces and the kernel's forwarding
+switches checked, its ports written into the devmap, and its per-verdict counters.
 
-Shared by the xdpfleet.fabric.xdp_router module and by restore (host/records.py replays the record's `router`
-part), so a router brought back after a reboot goes through exactly the same steps.
+Deployed by the xdpfleet.fabric.xdp_router module and by restore (instances/records.py replays the record's
+`router` part).
 
 Why forwarding must be on: bpf_fib_lookup answers BPF_FIB_LKUP_RET_FWD_DISABLED on an interface where the kernel
 does not forward, and the router then hands every frame to a kernel that does not forward it either. A router that
@@ -18,25 +17,27 @@ them, so on such a host the router would forward what the kernel drops or rewrit
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import socket
+from dataclasses import dataclass
+from typing import ClassVar
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features, libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import TypedMap
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout, TypedMap
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import names
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.dataplane.template import DataPlane, DataPlaneError
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import forwarding_policy, layouts, needs
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router.abi import RT_PORTS_MAX, VERDICT_NAMES
 
 ROUTER_SOURCE = "/var/lib/xdpfleet/src/router/router.c"
-ROUTER_INCLUDE_DIRS = ["/var/lib/xdpfleet/src/include"]
 MODES = ("native", "generic")
 SYSCTL_ROOT = "/proc/sys/net"
 
 
-class RouterError(RuntimeError):
+class RouterError(DataPlaneError):
     """A refusal or failure, with a message meant for the person running the playbook."""
 
 
@@ -93,6 +94,16 @@ def forwarding_problems(interfaces: list[str], read=read_sysctl) -> list[str]:
     return problems
 
 
+@dataclass
+class PortsPlan:
+    """The devmap of the router's ports and what goes into it and out of it."""
+
+    devmap: TypedMap
+    added: list[int]
+    removed: list[int]
+    changes: Changes
+
+
 def port_changes(current: dict[int, int], desired: dict[int, int], names_by_ifindex: dict[int, str], header: str):
     """The devmap's entries to add and remove, and the Changes that say so ("+ port p1 (ifindex 5)")."""
     changes = Changes(header)
@@ -116,131 +127,111 @@ def counters(stats: TypedMap) -> dict[str, dict[str, int]]:
     return out
 
 
-def read_counters(paths: xp.InstancePaths) -> dict | None:
-    """The counters of a deployed router from its pinned map alone; None when the host has no router of that name."""
-    pin = paths.map_pin(layouts.STATS)
-    if not os.path.exists(pin):
-        return None
-    with libbpf.PinnedMap(pin) as pinned:
-        layouts.LAYOUTS[layouts.STATS].check_pinned(pinned)
-        return counters(TypedMap(pinned, layouts.LAYOUTS[layouts.STATS]))
+class Router(DataPlane):
+    """A router instance forwarding between `interfaces`. Unless `bypass_forwarding_rules`, a host whose netfilter
+    rules or rp_filter apply to forwarded frames is refused."""
 
+    name = "router"
+    title = "router"
+    module = "xdp_router"
+    what = "the router"
+    what_applied = "the router"
+    what_loaded = "the router data plane"
+    Error = RouterError
+    source = ROUTER_SOURCE
+    map_layouts: ClassVar[dict[str, MapLayout]] = layouts.LAYOUTS
+    counter_maps = (layouts.STATS,)
 
-def _program_changes(steps: list[xp.Step], changes: Changes) -> None:
-    for s in steps:
-        if s.action != "unchanged":
-            changes.add(
-                f"{s.ifname}: {s.action} {s.after or s.before}",
-                key=s.ifname,
-                before=f"{s.ifname}: {s.before}" if s.before else None,
-                after=f"{s.ifname}: {s.after}" if s.action != "detach" else None,
+    def __init__(
+        self,
+        paths: xp.InstancePaths,
+        cache_dir: str,
+        *,
+        interfaces: list[str],
+        mode: str = "native",
+        bypass_forwarding_rules: bool = False,
+        **common,
+    ):
+        super().__init__(paths, cache_dir, **common)
+        self.ports = interfaces
+        self.mode = mode
+        self.bypass_forwarding_rules = bypass_forwarding_rules
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise RouterError(f"mode: {self.mode!r} is not one of {', '.join(MODES)}")
+        problems = interface_problems(self.ports) or forwarding_problems(self.ports)
+        if not problems and not self.bypass_forwarding_rules:
+            problems = forwarding_policy.netfilter_problems(self.ports) + forwarding_policy.rp_filter_problems(
+                self.ports, read_sysctl
             )
+        if problems:
+            raise RouterError("; ".join(problems))
 
+    def needs(self):
+        return needs.NEEDS, needs.VARIANT
 
-def deploy(
-    paths: xp.InstancePaths,
-    interfaces: list[str],
-    mode: str,
-    cache_dir: str,
-    source: str = ROUTER_SOURCE,
-    include_dirs: list[str] | None = None,
-    check_mode: bool = False,
-    build_dir: str | None = None,
-    bypass_forwarding_rules: bool = False,
-) -> dict:
-    """Make the router instance forward between `interfaces`; returns the module result (changed, changes,
-    program, ansible_facts, diff). Raises RouterError; nothing on the host changed unless the message says so.
-    Unless `bypass_forwarding_rules`, a host whose netfilter rules or rp_filter apply to forwarded frames is
-    refused."""
-    include_dirs = ROUTER_INCLUDE_DIRS if include_dirs is None else include_dirs
-    if mode not in MODES:
-        raise RouterError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
-    problems = interface_problems(interfaces) or forwarding_problems(interfaces)
-    if not problems and not bypass_forwarding_rules:
-        problems = forwarding_policy.netfilter_problems(interfaces) + forwarding_policy.rp_filter_problems(
-            interfaces, read_sysctl
-        )
-    if problems:
-        raise RouterError("; ".join(problems))
-    try:
-        features.require(needs.NEEDS, needs.VARIANT)
-    except features.MissingFeatures as exc:
-        raise RouterError(f"this kernel cannot run the router, nothing was changed: {exc}") from exc
-    if no_bpffs := xp.bpffs_problem(paths.pin_root):
-        raise RouterError(no_bpffs)
-    try:
-        xp.check_trusted_paths(paths)
-        object_path, instance = xp.compiled_instance(
-            paths,
-            source,
-            cache_dir,
-            include_dirs,
-            layouts.PROGRAM,
-            mode,
-            tuple(layouts.LAYOUTS.values()),
-            build_dir=build_dir,
-        )
-    except xp.XdpProgramError as exc:
-        raise RouterError(f"loading the router data plane failed, nothing was changed: {exc}") from exc
-    header = f"router {paths.name}"
-    with instance:
-        try:
-            plan = instance.plan(interfaces, replace_foreign=False)
-        except xp.XdpProgramError as exc:
-            raise RouterError(str(exc)) from exc
-        ports = TypedMap(instance.obj.map(layouts.PORTS), layouts.LAYOUTS[layouts.PORTS])
-        current = {int(key.value): int(value.value) for key, value in ports.items()}
-        desired = {xp.ifindex_of(ifname): xp.ifindex_of(ifname) for ifname in interfaces}
+    def interfaces(self) -> list[str]:
+        return self.ports
+
+    def compile_arguments(self) -> dict:
+        return {"program": layouts.PROGRAM, "mode": self.mode}
+
+    def plan(self, instance: xp.Instance) -> PortsPlan:
+        devmap = TypedMap(instance.obj.map(layouts.PORTS), layouts.LAYOUTS[layouts.PORTS])
+        current = {int(key.value): int(value.value) for key, value in devmap.items()}
+        desired = {xp.ifindex_of(ifname): xp.ifindex_of(ifname) for ifname in self.ports}
         port_names = {ifindex: ifname_of(ifindex) for ifindex in {*current, *desired}}
-        added, removed, changes = port_changes(current, desired, port_names, header)
-        record = {
-            **xp.state_record(instance, interfaces, source, object_path, {"include_dirs": include_dirs}),
-            "router": {"interfaces": interfaces, "bypass_forwarding_rules": bypass_forwarding_rules},
-        }
+        return PortsPlan(devmap, *port_changes(current, desired, port_names, self.header))
+
+    def part(self) -> dict:
+        return {"interfaces": self.ports, "bypass_forwarding_rules": self.bypass_forwarding_rules}
+
+    @contextlib.contextmanager
+    def write(self, instance: xp.Instance, attach_plan: xp.Plan, planned: PortsPlan):
+        """New ports into the devmap before the program may route to them, ports that go out of it after the
+        program left them; a failed attach takes the added entries out again (Instance.apply rolled the interfaces
+        back)."""
+        if self.check_mode:
+            yield
+            return
+        for ifindex in planned.added:
+            planned.devmap.set(ifindex, ctypes.c_uint32(ifindex))
         try:
-            with xp.recording(paths, record, check_mode) as recorded:
-                if not check_mode:
-                    _apply(instance, plan, ports, added, removed)
-        except xp.RecordError as exc:
-            raise RouterError(str(exc)) from exc
-        except (libbpf.LibbpfError, xp.XdpProgramError) as exc:
-            raise RouterError(f"applying the router failed, previous state restored: {exc}") from exc
-        _program_changes(plan.steps, changes)
-        changed = changes.changed or plan.changed
-        if recorded and not changed:
-            changes.add(xp.record_step(paths.state_file))
+            yield
+        except BaseException:
+            for ifindex in planned.added:
+                planned.devmap.delete(ifindex)
+            raise
+        for ifindex in planned.removed:
+            planned.devmap.delete(ifindex)
+
+    def changes(self, planned: PortsPlan) -> Changes:
+        changes = Changes(self.header)
+        changes.extend(planned.changes)
+        return changes
+
+    def facts(self, instance: xp.Instance, attach_plan: xp.Plan, planned) -> dict:
         stats = TypedMap(instance.obj.map(layouts.STATS), layouts.LAYOUTS[layouts.STATS])
-        result = {
-            "changed": changed or recorded,
-            "changes": changes.steps,
-            "program": {s.ifname: s.action for s in plan.steps},
-            "ansible_facts": {
-                "xdpfleet_router": {
-                    "name": paths.name,
-                    "interfaces": interfaces,
-                    "mode": mode,
-                    "bypass_forwarding_rules": bypass_forwarding_rules,
-                    "prog_id": instance.running_prog_id(plan),
-                    "counters": counters(stats),
-                }
-            },
+        return {
+            "name": self.paths.name,
+            "interfaces": self.ports,
+            "mode": self.mode,
+            "bypass_forwarding_rules": self.bypass_forwarding_rules,
+            "prog_id": instance.running_prog_id(attach_plan),
+            "counters": counters(stats),
         }
-        if result["changed"]:
-            result["diff"] = changes.diff()
-        return result
 
+    @classmethod
+    def counters(cls, maps: dict) -> dict:
+        return counters(TypedMap(maps[layouts.STATS], layouts.LAYOUTS[layouts.STATS]))
 
-def _apply(instance: xp.Instance, plan: xp.Plan, ports: TypedMap, added: list[int], removed: list[int]) -> None:
-    """New ports into the devmap before the program may route to them, ports that go out of it after the program
-    left them; a failed attach takes the added entries out again (Instance.apply rolled the interfaces back)."""
-    for ifindex in added:
-        ports.set(ifindex, ctypes.c_uint32(ifindex))
-    try:
-        if plan.changed:
-            instance.apply(plan)
-    except BaseException:
-        for ifindex in added:
-            ports.delete(ifindex)
-        raise
-    for ifindex in removed:
-        ports.delete(ifindex)
+    @classmethod
+    def arguments(cls, record: dict, options: dict) -> dict:
+        return {
+            "interfaces": record[cls.name].get("interfaces") or [],
+            "mode": record.get("mode", "native"),
+            "source": record.get("source") or ROUTER_SOURCE,
+            "include_dirs": (record.get("build") or {}).get("include_dirs"),
+            "bypass_forwarding_rules": bool(record[cls.name].get("bypass_forwarding_rules")),
+        }

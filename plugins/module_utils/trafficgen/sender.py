@@ -5,7 +5,7 @@
 run(): the template at each frame size, the checks that refuse before anything changes, then per frame size one
 run or a zero-loss search, with each second's sample appended to a file on the host while it runs. A running
 sender records its pid (generator.sender_pid_file); stop() ends it by that record, for state=absent and for
-teardown (module_utils/host/records.py).
+teardown (module_utils/instances/records.py).
 """
 
 from __future__ import annotations

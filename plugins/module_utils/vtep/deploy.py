@@ -1,26 +1,32 @@
 # Copyright: xdpfleet developers
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
-"""Deploying one VTEP document on a host: validate, compile the data plane, load it, compute the map difference,
-write it and attach (or, in check mode, only say what would change).
+"""The VTEP as a data plane (dataplane/template.py): its document validated against the host, the map difference
+computed and written, its ports' promiscuous flags, and its counters and FDB read from its pinned maps alone
+(xdpfleet.fabric.vtep_info).
 
-Shared by the xdpfleet.fabric.vtep module (the document from the inventory) and by restore (the document the
-VTEP's state file recorded), so a VTEP brought back after a reboot goes through exactly the same steps.
-Also here: reading a deployed VTEP's counters and FDB from its pinned maps alone (xdpfleet.fabric.vtep_info).
+Deployed by the xdpfleet.fabric.vtep module (the document from the inventory) and by restore (the document the
+VTEP's state file recorded).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from dataclasses import dataclass
+from typing import ClassVar
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import features, libbpf
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import LayoutMismatch
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.dataplane.template import DataPlane, DataPlaneError
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host import netdev
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NEIGHBOUR_TIMEOUT
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.promisc import PromiscError
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import fdb, layouts, needs, plan, words, writer
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import promiscuous_ports as promisc
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.abi import DROP_REASONS, FDB_EVENTS
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import (
     ConfigError,
     InterfaceFacts,
@@ -29,21 +35,16 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.config import
     tunnel_address_problems,
     validate,
 )
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.writer import RollbackError
 
 # The XDP programs (both backends' ingress, the XDP backend's egress) and the TC backend's tc program: two objects,
 # so that the XDP backend needs nothing a tc program does.
 VTEP_SOURCE = "/var/lib/xdpfleet/src/vtep/vtep_xdp.c"
 VTEP_TC_SOURCE = "/var/lib/xdpfleet/src/vtep/vtep_tc.c"
-VTEP_INCLUDE_DIRS = ["/var/lib/xdpfleet/src/include"]
-NEIGHBOUR_TIMEOUT = 3.0
 
 
-class VtepError(RuntimeError):
+class VtepError(DataPlaneError):
     """A refusal or failure; problems lists every validation problem (each starting with the field's path)."""
-
-    def __init__(self, msg: str, problems: list[str] | None = None):
-        super().__init__(msg)
-        self.problems = problems or []
 
 
 def host_ports() -> dict[str, plan.Port]:
@@ -52,40 +53,6 @@ def host_ports() -> dict[str, plan.Port]:
         facts = netdev.sysfs_facts(name)
         ports[name] = plan.Port(name, facts["ifindex"], facts["mtu"], facts["mac"] or "00:00:00:00:00:00")
     return ports
-
-
-def read_counters(paths: xp.InstancePaths) -> dict | None:
-    """The counters and the FDB of a deployed VTEP (fdb.facts()), read from its pinned maps: no document, no
-    compile, no program load.
-
-    None when the host has no VTEP of that name. Raises VtepError when only some of its maps are pinned, or when
-    a map's layout is not the one this collection reads (a VTEP deployed by another version).
-    """
-    pins = {name: paths.map_pin(name) for name in layouts.MAP_NAMES}
-    missing = sorted(name for name, pin in pins.items() if not os.path.exists(pin))
-    if len(missing) == len(pins):
-        return None
-    if missing:
-        raise VtepError(
-            f"VTEP {paths.name} is incomplete, maps {', '.join(missing)} are not pinned under {paths.maps_dir}: "
-            "deploy it again with xdpfleet.fabric.vtep, or remove it (state=absent)"
-        )
-    maps: dict[str, libbpf.PinnedMap] = {}
-    try:
-        for name, pin in pins.items():
-            maps[name] = libbpf.PinnedMap(pin)
-            if name in layouts.LAYOUTS:
-                layouts.LAYOUTS[name].check_pinned(maps[name])
-        names = {port.ifindex: name for name, port in host_ports().items()}
-        return fdb.facts(maps, writer.read(maps), names)
-    except LayoutMismatch as exc:
-        raise VtepError(
-            f"VTEP {paths.name} was deployed by another version of this collection ({exc}): deploy it again with "
-            "xdpfleet.fabric.vtep to move it onto this version's maps"
-        ) from exc
-    finally:
-        for m in maps.values():
-            m.close()
 
 
 def host_problems(config: VtepConfig, allow_management_port: bool) -> list[str]:
@@ -146,100 +113,127 @@ def generic_broadcast_problem(mode: str, backend: str, release: str) -> str | No
     )
 
 
-def deploy(
-    paths: xp.InstancePaths,
-    document: dict,
-    mode: str,
-    cache_dir: str,
-    source: str = VTEP_SOURCE,
-    include_dirs: list[str] | None = None,
-    neighbour_timeout: float = NEIGHBOUR_TIMEOUT,
-    check_mode: bool = False,
-    build_dir: str | None = None,
-    check_host: bool = False,
-    allow_management_port: bool = False,
-    backend: str = "xdp",
-    tc_source: str = VTEP_TC_SOURCE,
-) -> dict:
-    """Make the VTEP instance match `document`; returns the module result (changed, changes, program, facts, diff).
+@dataclass
+class VtepPlan:
+    """What the maps hold and must hold (writer.update, inside the write), and the ports' promiscuous flags."""
+
+    maps: dict[str, libbpf.Map]
+    port_flags: promisc.PortFlags
+    done: writer.Update | None = None
+
+
+class Vtep(DataPlane):
+    """A VTEP instance that runs `document`.
 
     backend: xdp (flooding in XDP) or tc (the XDP program hands forwarding to a tc ingress program on every port).
     source: the XDP programs' C source; tc_source: the tc program's, compiled for the tc backend only.
-
-    build_dir: where a compile that misses the cache goes in check mode (the cache stays as it was).
     check_host: also hold the document against the host's addresses (host_problems()), as the vtep module does; a
     restore does not, its document passed them when it was applied (and at boot the addresses may come later).
-    Raises VtepError; nothing on the host changed unless the message says the previous state was restored, or
-    that it could not be (and what was not).
-    """
-    include_dirs = VTEP_INCLUDE_DIRS if include_dirs is None else include_dirs
-    try:
-        features.require(needs.NEEDS, needs.variant(backend))
-    except features.MissingFeatures as exc:
-        raise VtepError(f"this kernel cannot run the VTEP, nothing was changed: {exc}", exc.problems) from exc
-    if (generic_problem := generic_broadcast_problem(mode, backend, os.uname().release)):
-        raise VtepError(generic_problem)
-    ports = host_ports()
-    facts = {name: InterfaceFacts(port.ifindex, port.mtu, port.mac) for name, port in ports.items()}
-    try:
-        config = validate(document, facts)
-    except ConfigError as exc:
-        raise VtepError(str(exc), exc.problems) from exc
-    if check_host and (problems := host_problems(config, allow_management_port)):
-        listed = "\n".join(f"- {p}" for p in problems)
-        raise VtepError(f"the VTEP configuration does not fit this host:\n{listed}", problems)
-    if (no_bpffs := xp.bpffs_problem(paths.pin_root)):
-        raise VtepError(no_bpffs)
-    try:
-        xp.check_trusted_paths(paths)
-    except xp.XdpProgramError as exc:
-        raise VtepError(str(exc)) from exc
-    peer_macs = resolve_peer_macs(config, ports, neighbour_timeout)
-    try:
-        object_path, instance = xp.compiled_instance(
-            paths,
-            source,
-            cache_dir,
-            include_dirs,
-            layouts.ingress_program(backend, mode),
-            mode,
-            tuple(layouts.LAYOUTS.values()),
-            build_dir=build_dir,
-            map_sizes={layouts.LEARNED_FDB: config.fdb_size},
-            tc_program=layouts.TC_PROGRAM if backend == "tc" else None,
-            tc_source=tc_source if backend == "tc" else None,
-        )
-    except xp.XdpProgramError as exc:
-        raise VtepError(f"loading the VTEP data plane failed, nothing was changed: {exc}") from exc
-    names = {port.ifindex: name for name, port in ports.items()}
-    vtep_ports = config.ports()
-    header = f"vtep {paths.name}"
-    with instance:
+    A failure says that the previous state was restored, or that it could not be (and what was not)."""
+
+    name = "vtep"
+    title = "VTEP"
+    module = "vtep"
+    what = "the VTEP"
+    what_applied = "the VTEP configuration"
+    what_loaded = "the VTEP data plane"
+    Error = VtepError
+    source = VTEP_SOURCE
+    map_layouts: ClassVar[dict[str, MapLayout]] = layouts.LAYOUTS
+    counter_maps = layouts.MAP_NAMES
+    attachments_in_changes = False  # the vtep module's `changes` are the configuration's; `program` says the rest
+    release_errors = (RollbackError,)
+    labels: ClassVar[dict[str, tuple[str, ...]]] = {"reason": DROP_REASONS, "event": FDB_EVENTS}
+
+    def __init__(
+        self,
+        paths: xp.InstancePaths,
+        cache_dir: str,
+        *,
+        document: dict,
+        mode: str = "native",
+        backend: str = "xdp",
+        tc_source: str = VTEP_TC_SOURCE,
+        neighbour_timeout: float = NEIGHBOUR_TIMEOUT,
+        check_host: bool = False,
+        allow_management_port: bool = False,
+        **common,
+    ):
+        super().__init__(paths, cache_dir, **common)
+        self.document = document
+        self.mode = mode
+        self.backend = backend
+        self.tc_source = tc_source
+        self.neighbour_timeout = neighbour_timeout
+        self.check_host = check_host
+        self.allow_management_port = allow_management_port
+
+    def validate(self) -> None:
+        if generic_problem := generic_broadcast_problem(self.mode, self.backend, os.uname().release):
+            raise VtepError(generic_problem)
+        self.ports = host_ports()
+        facts = {name: InterfaceFacts(port.ifindex, port.mtu, port.mac) for name, port in self.ports.items()}
         try:
-            attach_plan = instance.plan(vtep_ports, replace_foreign=False)
-        except xp.XdpProgramError as exc:
-            raise VtepError(str(exc)) from exc
+            self.config = validate(self.document, facts)
+        except ConfigError as exc:
+            raise VtepError(str(exc), exc.problems) from exc
+        if self.check_host and (problems := host_problems(self.config, self.allow_management_port)):
+            listed = "\n".join(f"- {p}" for p in problems)
+            raise VtepError(f"the VTEP configuration does not fit this host:\n{listed}", problems)
+
+    def needs(self):
+        return needs.NEEDS, needs.variant(self.backend)
+
+    def interfaces(self) -> list[str]:
+        return self.config.ports()
+
+    def compile_arguments(self) -> dict:
+        tc = self.backend == "tc"
+        return {
+            "program": layouts.ingress_program(self.backend, self.mode),
+            "mode": self.mode,
+            "map_sizes": {layouts.LEARNED_FDB: self.config.fdb_size},
+            "tc_program": layouts.TC_PROGRAM if tc else None,
+            "tc_source": self.tc_source if tc else None,
+        }
+
+    def prepare(self) -> None:
+        self.peer_macs = resolve_peer_macs(self.config, self.ports, self.neighbour_timeout)
+
+    def plan(self, instance: xp.Instance) -> VtepPlan:
+        self.egress = instance.obj.program(layouts.EGRESS_PROGRAM)
         maps = {name: instance.obj.map(name) for name in layouts.MAP_NAMES}
-        egress = instance.obj.program(layouts.EGRESS_PROGRAM)
-        record = xp.state_record(instance, vtep_ports, source, object_path, {"include_dirs": include_dirs})
-        if backend == "tc":
-            record["tc_source"] = tc_source
-        port_flags = promisc.plan(xp.load_state(paths), config, header)
-        # The record first (of intent: it still names the ports this change lets go and the cls_bpf filters it
-        # removes), the maps and links after, the settled record last (see xp.recording).
-        record = {**record, "vtep": document}
-        intent = {**record, **port_flags.intent_record(), **xp.detaching_record(attach_plan)}
-        recording = xp.recording(paths, intent, check_mode, {**record, **port_flags.record()})
+        return VtepPlan(maps, promisc.plan(xp.load_state(self.paths), self.config, self.header))
+
+    def part(self) -> dict:
+        return self.document
+
+    def record(self, instance: xp.Instance, object_path: str) -> dict:
+        record = super().record(instance, object_path)
+        if self.backend == "tc":
+            record["tc_source"] = self.tc_source
+        return record
+
+    def intent(self, planned: VtepPlan) -> dict:
+        return planned.port_flags.intent_record()
+
+    def settled(self, planned: VtepPlan) -> dict:
+        return planned.port_flags.record()
+
+    @contextlib.contextmanager
+    def write(self, instance: xp.Instance, attach_plan: xp.Plan, planned: VtepPlan):
+        write = not self.check_mode
         try:
-            with recording as recorded, writer.update(maps, egress, config, ports, peer_macs, not check_mode) as done:
-                changed = attach_plan.changed or not done.diff.empty or port_flags.changed
-                if changed and not check_mode:
-                    port_flags.apply()
-                    try:
-                        instance.apply(attach_plan)
-                    except BaseException as exc:
-                        port_flags.undo(exc)
-                        raise
+            with writer.update(planned.maps, self.egress, self.config, self.ports, self.peer_macs, write) as done:
+                planned.done = done
+                if write and self.writes(planned):
+                    planned.port_flags.apply()
+                try:
+                    yield
+                except BaseException as exc:
+                    if write and self.writes(planned):
+                        planned.port_flags.undo(exc)
+                    raise
         except plan.DoesNotFit as exc:
             raise VtepError(f"the VTEP configuration does not fit the data plane, nothing was changed: {exc}") from exc
         except writer.RollbackError as exc:
@@ -248,25 +242,43 @@ def deploy(
                 f"not restored: {'; '.join(exc.unrestored)}. The VTEP may forward wrongly until the configuration "
                 "is applied again"
             ) from exc
-        except xp.RecordError as exc:
-            raise VtepError(str(exc)) from exc
-        except (writer.WriteError, *xp.ATTACH_ERRORS, xp.XdpProgramError, PromiscError, ValueError) as exc:
+        except (writer.WriteError, PromiscError, ValueError) as exc:
             raise VtepError(f"applying the VTEP configuration failed, previous state restored: {exc}") from exc
-        in_maps = done.current if check_mode else done.desired
-        config_changes = words.changes(done.current, done.desired, names, header)
-        config_changes.extend(port_flags.changes)
-        if recorded and not changed:
-            config_changes.add(xp.record_step(paths.state_file))
-        changed = changed or recorded
-        result = {
-            "changed": changed,
-            "changes": config_changes.steps,
-            "program": {s.label: s.action for s in attach_plan.steps},
-            "ansible_facts": {"xdpfleet_vtep": fdb.facts(maps, in_maps, names)},
+
+    def writes(self, planned: VtepPlan) -> bool:
+        return not planned.done.diff.empty or planned.port_flags.changed
+
+    def changes(self, planned: VtepPlan) -> Changes:
+        changes = words.changes(planned.done.current, planned.done.desired, self.names(), self.header)
+        changes.extend(planned.port_flags.changes)
+        return changes
+
+    def names(self) -> dict[int, str]:
+        return {port.ifindex: name for name, port in self.ports.items()}
+
+    def facts(self, instance: xp.Instance, attach_plan: xp.Plan, planned: VtepPlan) -> dict:
+        in_maps = planned.done.current if self.check_mode else planned.done.desired
+        return fdb.facts(planned.maps, in_maps, self.names())
+
+    @classmethod
+    def counters(cls, maps: dict) -> dict:
+        """The counters and the FDB (fdb.facts())."""
+        names = {port.ifindex: name for name, port in host_ports().items()}
+        return fdb.facts(maps, writer.read(maps), names)
+
+    @classmethod
+    def arguments(cls, record: dict, options: dict) -> dict:
+        return {
+            "document": record[cls.name],
+            "mode": record.get("mode", "native"),
+            "source": record.get("source") or VTEP_SOURCE,
+            "include_dirs": (record.get("build") or {}).get("include_dirs"),
+            "neighbour_timeout": options.get("neighbour_timeout", NEIGHBOUR_TIMEOUT),
+            "backend": "tc" if record.get("tc_program") else "xdp",  # the record names the TC backend's tc program
+            "tc_source": record.get("tc_source") or VTEP_TC_SOURCE,
         }
-        if changed:
-            shown = Changes(header)
-            shown.extend(config_changes)
-            shown.extend(xp.attachment_changes(attach_plan.steps, header))
-            result["diff"] = shown.diff()
-        return result
+
+    @classmethod
+    def release(cls, paths: xp.InstancePaths, check_mode: bool, label: str) -> Changes:
+        """The ports the record names put back as they were before the VTEP took them."""
+        return promisc.release(paths, check_mode, label)

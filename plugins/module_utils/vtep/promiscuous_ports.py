@@ -133,14 +133,11 @@ def _put_back(flags: PortFlags, was: dict[str, bool]) -> None:
             flags.released[port] = on
 
 
-def remove(paths: xp.InstancePaths, check_mode: bool, label: str) -> Changes:
-    """xp.remove() of an instance, its recorded ports first put back as they were before the VTEP took them (so a
-    failure there leaves the record that says how, for a re-run); returns what was (or would be) changed."""
-    xp.check_trusted_paths(paths)
+def release(paths: xp.InstancePaths, check_mode: bool, label: str) -> Changes:
+    """The ports an instance's record names put back as they were before the VTEP took them, before the instance is
+    removed (dataplane/template.py's remove); returns what was (or would be) changed."""
     flags = PortFlags(f"{label} {paths.name}")
     _put_back(flags, recorded(xp.load_state(paths)))
     if not check_mode:
         flags.apply()
-    removed = flags.changes
-    removed.extend(xp.remove(paths, check_mode, label))
-    return removed
+    return flags.changes

@@ -3,7 +3,7 @@
 """What this collection keeps running on a host, found from the records it leaves there: teardown and restore.
 
   <state_dir>/programs/<name>.json   one per instance (xdp_program, the VTEP, echo servers tg-echo-<if>): what
-                                     runs where, written by xdp_program.converge / vtep_deploy.deploy
+                                     runs where, written by xp.converge / DataPlane.deploy
   <pin_root>/<name>/                 the instance's pins (they can outlive a record removed by hand)
   <run_dir>/trafficgen-<if>.pid      a sender that is running (it removes the file when it ends)
   <state_dir>/linux_vtep.json, nic_tuning.json, kernel_cmdline.json, metrics_textfile.json
@@ -11,11 +11,11 @@
                                      nic_tuning, kernel_cmdline, metrics_textfile); teardown only reports which
                                      exist
 
-Teardown removes every instance through xdp_program.remove (what state=absent of each module does). Restore
-re-applies every instance record through the same code as the modules: xdp_program.converge for a program,
-vtep_deploy.deploy with the recorded document for a VTEP, filter/deploy.deploy with the recorded rules for a filter,
-and router/deploy.deploy with the recorded ports for a router. Both are used by modules (xdp_teardown, xdp_restore)
-and restore also by the host-side boot entry point the xdp_host role installs (roles/xdp_host/files/xdpfleet-restore).
+Teardown removes every instance through dataplane/template.py's remove (what state=absent of each module does).
+Restore re-applies every instance record through the same code as the modules: xp.converge for a program, and for
+an instance of a data plane (its record names it, instances/registry.py) the data plane's deploy with the arguments
+its record turns back into. Both are used by modules (xdp_teardown, xdp_restore) and restore also by the host-side
+boot entry point the xdp_host role installs (roles/xdp_host/files/xdpfleet-restore).
 """
 
 from __future__ import annotations
@@ -26,21 +26,17 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import libbpf
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import program as xp
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common import files
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.changes import Changes, merged
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import deploy as filter_deploy
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NeighbourError
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import deploy as rd
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.common.records import RecordError
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.dataplane import template
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.host.neighbours import NEIGHBOUR_TIMEOUT
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import registry
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import generator as tg
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import sender
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import deploy as vd
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import promiscuous_ports
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.writer import RollbackError
 
 RUN_DIR = "/run/xdpfleet"
-INSTANCE_KINDS = ("vtep", "filter", "router")  # a record's key that names its instance's kind (see instance_kind)
 OTHER_RECORDS = ("linux_vtep.json", "nic_tuning.json", "kernel_cmdline.json", "metrics_textfile.json")
 SENDER_STOP_SECONDS = sender.STOP_SECONDS
 # Retries of a restore that failed for a reason that can pass: the first after this many seconds, each next one
@@ -138,10 +134,10 @@ def teardown(host: HostPaths, check_mode: bool, stop_timeout: float = SENDER_STO
         _pid, stopped = sender.stop(host.run_dir, ifname, check_mode, stop_timeout)
         done.senders.extend(stopped)
     for name in pinned_instances(host):
+        paths = host.instance(name)
         try:
-            # A VTEP's record also names its ports' promiscuous flags to put back (vtep/promiscuous_ports.py).
-            removed = promiscuous_ports.remove(host.instance(name), check_mode, "instance")
-        except (libbpf.LibbpfError, OSError, RollbackError) as exc:
+            removed = template.remove(paths, check_mode, "instance", registry.plane_of(xp.load_state(paths)))
+        except (*template.REMOVE_ERRORS, *registry.RELEASE_ERRORS) as exc:
             raise xp.XdpProgramError(f"removing instance {name}: {exc}") from exc
         if removed.changed:
             done.instances[name] = removed
@@ -160,7 +156,7 @@ class RestoreError(RuntimeError):
 @dataclass
 class Restored:
     name: str
-    kind: str  # program, vtep, filter or router
+    kind: str  # program, or the name of its data plane (instances/registry.py)
     changes: list[str] = field(default_factory=list)  # the steps taken
     diff: dict | None = None  # the instance's state before and after
     error: str = ""
@@ -178,18 +174,12 @@ class Restored:
         return out
 
 
-def instance_kind(record: dict) -> str:
-    """What a state record's instance is: vtep, filter or router (the module that wrote it keeps its part of the
-    record under that key), or program (xdp_program's)."""
-    return next((kind for kind in INSTANCE_KINDS if kind in record), "program")
-
-
 def _load_record(paths: xp.InstancePaths) -> dict:
     try:
         record = xp.load_state(paths)
-    except ValueError as exc:
-        raise RestoreError(f"{paths.state_file} is not valid JSON: {exc}") from exc
-    if not isinstance(record, dict) or not isinstance(record.get("interfaces"), dict):
+    except RecordError as exc:
+        raise RestoreError(str(exc)) from exc
+    if not isinstance(record.get("interfaces"), dict):
         raise RestoreError(f"{paths.state_file} does not record the instance's interfaces")
     return record
 
@@ -229,7 +219,8 @@ def _restore_program(
     return changes.steps, changes.diff() if changes.changed else None
 
 
-def _restore_vtep(
+def _restore_plane(
+    plane: type[template.DataPlane],
     paths: xp.InstancePaths,
     record: dict,
     host: HostPaths,
@@ -237,73 +228,14 @@ def _restore_vtep(
     build_dir: str | None,
     neighbour_timeout: float,
 ) -> tuple[list[str], dict | None]:
+    options = {"neighbour_timeout": neighbour_timeout}
     try:
-        result = vd.deploy(
-            paths,
-            record["vtep"],
-            record.get("mode", "native"),
-            host.cache_dir,
-            record.get("source") or vd.VTEP_SOURCE,
-            (record.get("build") or {}).get("include_dirs"),
-            neighbour_timeout,
-            backend="tc" if record.get("tc_program") else "xdp",  # the record names the TC backend's tc program
-            tc_source=record.get("tc_source") or vd.VTEP_TC_SOURCE,
-            check_mode=check_mode,
-            build_dir=build_dir,
-        )
-    except vd.VtepError as exc:
-        unresolved = exc.__cause__ if isinstance(exc.__cause__, NeighbourError) else None
-        raise RestoreError(str(exc), transient=bool(unresolved and unresolved.transient)) from exc
-    if not result["changed"]:
-        return [], None
-    steps = [f"{ifname}: {action}" for ifname, action in result["program"].items() if action != "unchanged"]
-    return result["changes"] + steps, result.get("diff")
-
-
-def _restore_filter(
-    paths: xp.InstancePaths, record: dict, host: HostPaths, check_mode: bool, build_dir: str | None
-) -> tuple[list[str], dict | None]:
-    interfaces = sorted(record["interfaces"])
-    hook = record["filter"].get("hook", "xdp")
-    try:
-        result = filter_deploy.deploy(
-            paths,
-            record["filter"].get("rules") or [],
-            interfaces,
-            hook,
-            record.get("mode", "native") if hook == "xdp" else "native",
-            host.cache_dir,
-            allow_generic=True,  # it was allowed when the record was written
-            unparsed=record["filter"].get("unparsed", "drop"),
-            source=record.get("source") or filter_deploy.FILTER_SOURCE,
-            include_dirs=(record.get("build") or {}).get("include_dirs"),
-            check_mode=check_mode,
-            build_dir=build_dir,
-        )
-    except filter_deploy.FilterError as exc:
-        raise RestoreError(str(exc)) from exc
-    return (result["changes"], result.get("diff")) if result["changed"] else ([], None)
-
-
-def _restore_router(
-    paths: xp.InstancePaths, record: dict, host: HostPaths, check_mode: bool, build_dir: str | None
-) -> tuple[list[str], dict | None]:
-    interfaces = record["router"].get("interfaces") or []
-    try:
-        result = rd.deploy(
-            paths,
-            interfaces,
-            record.get("mode", "native"),
-            host.cache_dir,
-            record.get("source") or rd.ROUTER_SOURCE,
-            (record.get("build") or {}).get("include_dirs"),
-            check_mode=check_mode,
-            build_dir=build_dir,
-            bypass_forwarding_rules=bool(record["router"].get("bypass_forwarding_rules")),
-        )
-    except rd.RouterError as exc:
-        raise RestoreError(str(exc)) from exc
-    return (result["changes"], result.get("diff")) if result["changed"] else ([], None)
+        instance = plane(paths, host.cache_dir, check_mode=check_mode, build_dir=build_dir,
+                         **plane.arguments(record, options))  # fmt: skip
+        result = instance.deploy()
+    except template.DataPlaneError as exc:
+        raise RestoreError(str(exc), transient=exc.transient) from exc
+    return instance.restored_steps(result), result.get("diff")
 
 
 def _restore_one(
@@ -321,13 +253,10 @@ def _restore_one(
         missing = [ifname for ifname in sorted(record["interfaces"]) if not xp.ifindex_of(ifname)]
         if missing:
             raise RestoreError(f"interfaces {', '.join(missing)} no longer exist on this host", transient=True)
-        outcome.kind = instance_kind(record)
-        if outcome.kind == "vtep":
-            done = _restore_vtep(paths, record, host, check_mode, build_dir, neighbour_timeout)
-        elif outcome.kind == "filter":
-            done = _restore_filter(paths, record, host, check_mode, build_dir)
-        elif outcome.kind == "router":
-            done = _restore_router(paths, record, host, check_mode, build_dir)
+        outcome.kind = registry.kind_of(record)
+        plane = registry.plane_of(record)
+        if plane:
+            done = _restore_plane(plane, paths, record, host, check_mode, build_dir, neighbour_timeout)
         else:
             done = _restore_program(paths, record, host, check_mode, build_dir)
         outcome.changes, outcome.diff = done
@@ -339,7 +268,7 @@ def restore(
     host: HostPaths,
     check_mode: bool,
     build_dir: str | None = None,
-    neighbour_timeout: float = vd.NEIGHBOUR_TIMEOUT,
+    neighbour_timeout: float = NEIGHBOUR_TIMEOUT,
     names: list[str] | None = None,
     retry_seconds: float = 0.0,
     first_pass_done: Callable[[list[Restored]], None] | None = None,
@@ -359,7 +288,7 @@ def restore(
     except files.UntrustedPath as exc:
         raise RestoreError(str(exc)) from None
     wanted = names if names is not None else recorded_instances(host)
-    results = [Restored(name, "program") for name in in_deploy_order(host, wanted)]
+    results = [Restored(name, registry.PROGRAM) for name in in_deploy_order(host, wanted)]
     for outcome in results:
         _restore_one(outcome, host, check_mode, build_dir, neighbour_timeout)
     if first_pass_done is not None:
