@@ -1,5 +1,6 @@
 """`make abi`: rewrite each data plane's generated C header (bpf/<plane>/<plane>_abi.h) that differs from what its
-declarations in plugins/module_utils/<plane>/abi.py (the numbers) and layouts.py (the structs) render."""
+declarations in plugins/module_utils/<plane>/abi.py (the numbers) and layouts.py (the structs) render
+(docs/architecture.md, "Adding a data plane")."""
 
 import sys
 from pathlib import Path

@@ -4,6 +4,7 @@
 for C from here, and they are checked against the object's BTF, with the numbers of vtep/abi.py, before anything
 is written), which maps hold the configuration, and how values are encoded (addresses in network order).
 
+The key of VNI 100 ends its walk from the inventory here (docs/architecture.md, "The flow of one VNI").
 Nothing here reads or writes a map: plan.py compiles contents in these layouts, writer.py writes them.
 """
 
