@@ -2,11 +2,11 @@
 # GNU General Public License v2.0 only (see COPYING or https://www.gnu.org/licenses/gpl-2.0.txt)
 """What the VTEP's maps should hold and what must change to get there: pure data, no kernel.
 
-Following a VNI from the inventory (docs/architecture.md, "The flow of one VNI"): config.validate() gives Vni(vni=100, access_ports=(AccessPort("acc100"),),
-...); compile_desired() turns it into port_vnis[{100, ifindex(acc100)}], the flood group of VNI 100 =
-{ifindex(acc100): ...} and so on; diff() compares that with what the maps hold now (writer.read()) and gives every
-entry and group member to write or remove, among them the members that must move onto a new egress program.
-writer.py writes the difference, words.py says it.
+Following a VNI from the inventory (docs/architecture.md, "The flow of one VNI"): config.validate() gives
+Vni(vni=100, access_ports=(AccessPort("acc100"),), ...); compile_desired() turns it into port_vnis[{100,
+ifindex(acc100)}], the flood group of VNI 100 = {ifindex(acc100): ...} and so on; diff() compares that with what the
+maps hold now (writer.read()) and gives every entry and group member to write or remove, among them the members that
+must move onto a new egress program. writer.py writes the difference, words.py says it.
 
 Every compiled entry and member remembers the document path of the item it comes from (MapContents.origins), so
 that a write the kernel refuses names that item.
