@@ -276,26 +276,18 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
     p = module.params
     if not p["config"]:
         module.fail_json(msg="config: required with state=present")
-    try:
-        return vd.Vtep(
-            paths,
-            p["cache_dir"],
-            document=p["config"],
-            mode=p["mode"],
-            source=p["source"],
-            include_dirs=p["include_dirs"],
-            neighbour_timeout=p["neighbour_timeout"],
-            backend=p["backend"],
-            tc_source=p["tc_source"],
-            check_mode=module.check_mode,
-            build_dir=module.tmpdir if module.check_mode else None,
-            check_host=True,
-            allow_management_port=p["allow_management_port"],
-        ).deploy()
-    except vd.VtepError as exc:
-        if exc.problems:
-            module.fail_json(msg=str(exc), problems=exc.problems)
-        module.fail_json(msg=str(exc))
+    return modules.deployment(
+        module,
+        vd.Vtep,
+        paths,
+        document=p["config"],
+        mode=p["mode"],
+        neighbour_timeout=p["neighbour_timeout"],
+        backend=p["backend"],
+        tc_source=p["tc_source"],
+        check_host=True,
+        allow_management_port=p["allow_management_port"],
+    )
 
 
 def absent(module: AnsibleModule, paths: xp.InstancePaths) -> dict:

@@ -232,25 +232,17 @@ def present(module: AnsibleModule, paths: xp.InstancePaths) -> dict:
             module.fail_json(msg=f"interfaces: {bad}")
     if missing := [ifname for ifname in p["interfaces"] if not netdev.exists(ifname)]:
         module.fail_json(msg=f"interfaces: {', '.join(missing)} do not exist on this host")
-    try:
-        result = fd.Filter(
-            paths,
-            p["cache_dir"],
-            rules=p["rules"],
-            interfaces=p["interfaces"],
-            hook=p["hook"],
-            mode=p["mode"],
-            allow_generic=p["allow_generic"],
-            unparsed=p["unparsed"],
-            source=p["source"],
-            include_dirs=p["include_dirs"],
-            check_mode=module.check_mode,
-            build_dir=module.tmpdir if module.check_mode else None,
-        ).deploy()
-    except fd.FilterError as exc:
-        if exc.problems:
-            module.fail_json(msg=str(exc), problems=exc.problems)
-        module.fail_json(msg=str(exc))
+    result = modules.deployment(
+        module,
+        fd.Filter,
+        paths,
+        rules=p["rules"],
+        interfaces=p["interfaces"],
+        hook=p["hook"],
+        mode=p["mode"],
+        allow_generic=p["allow_generic"],
+        unparsed=p["unparsed"],
+    )
     if p["hook"] == "xdp":
         warn_where_xdp_saves_nothing(module, p["interfaces"], p["mode"])
     return result

@@ -201,20 +201,14 @@ def main() -> None:
     if p["state"] == "absent":
         result = modules.removal(module, paths, "router", rd.Router)
         module.exit_json(**result, changes=result["removed"])
-    try:
-        result = rd.Router(
-            paths,
-            p["cache_dir"],
-            interfaces=p["interfaces"],
-            mode=p["mode"],
-            source=p["source"],
-            include_dirs=p["include_dirs"],
-            check_mode=module.check_mode,
-            build_dir=module.tmpdir if module.check_mode else None,
-            bypass_forwarding_rules=p["bypass_forwarding_rules"],
-        ).deploy()
-    except rd.RouterError as exc:
-        module.fail_json(msg=str(exc))
+    result = modules.deployment(
+        module,
+        rd.Router,
+        paths,
+        interfaces=p["interfaces"],
+        mode=p["mode"],
+        bypass_forwarding_rules=p["bypass_forwarding_rules"],
+    )
     module.exit_json(**result)
 
 

@@ -34,3 +34,24 @@ def removal(module, paths: xp.InstancePaths, label: str, plane: type[template.Da
     if removed.changed:
         result["diff"] = removed.diff()
     return result
+
+
+def deployment(module, plane: type[template.DataPlane], paths: xp.InstancePaths, **arguments) -> dict:
+    """state=present for a module that keeps an instance of `plane`: deploy it with `arguments` and the module's
+    cache_dir, source, include_dirs and check mode (a compile that misses the cache goes to the module's temporary
+    directory then), and return the result; a refusal fails the module with its message and every problem it lists."""
+    p = module.params
+    try:
+        return plane(
+            paths,
+            p["cache_dir"],
+            source=p["source"],
+            include_dirs=p["include_dirs"],
+            check_mode=module.check_mode,
+            build_dir=module.tmpdir if module.check_mode else None,
+            **arguments,
+        ).deploy()
+    except plane.Error as exc:
+        if exc.problems:
+            module.fail_json(msg=str(exc), problems=exc.problems)
+        module.fail_json(msg=str(exc))
