@@ -111,10 +111,7 @@ static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *po
 			return XDP_DROP;
 		finish_outer(data, port, peer, *(__u16 *)(data + OUTER_IP_CHECK));
 	}
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
-	count_tx(vs, data_end - data);
+	count_sent(port->slot, vs, ctx->data_end - ctx->data);
 	return XDP_PASS;
 }
 

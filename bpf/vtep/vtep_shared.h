@@ -256,6 +256,13 @@ static __always_inline void count_tx(struct traffic_stats *s, __u64 bytes)
 	}
 }
 
+/* A frame sent by a port: it counts for the port and, when known, for its VNI. */
+static __always_inline void count_sent(__u32 port_slot, struct traffic_stats *vni, __u64 bytes)
+{
+	count_tx(bpf_map_lookup_elem(&port_stats, &port_slot), bytes);
+	count_tx(vni, bytes);
+}
+
 /* Count a drop on the port and, when known, on the VNI; returns XDP_DROP. */
 static __always_inline int drop(__u32 port_slot, struct traffic_stats *vni, enum drop_reason reason)
 {

@@ -69,8 +69,7 @@ static __always_inline int tc_local_copy(struct __sk_buff *skb, struct port_conf
 		return DROP_MALFORMED;
 	if (sent) /* negative: no copy made; positive: the device dropped it */
 		return DROP_TX_FAILED;
-	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), len);
-	count_tx(vs, len);
+	count_sent(port->slot, vs, len);
 	return -1;
 }
 
@@ -172,8 +171,7 @@ static __always_inline void tc_tunnel_copies(struct __sk_buff *skb, struct vni_m
 			drop(port->slot, vs, DROP_TX_FAILED);
 			continue;
 		}
-		count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), len);
-		count_tx(vs, len);
+		count_sent(port->slot, vs, len);
 	}
 	bpf_iter_num_destroy(&it);
 }
@@ -235,8 +233,7 @@ static __always_inline int tc_send(struct __sk_buff *skb, struct tc_command *cmd
 
 	if (!port)
 		return TC_ACT_SHOT; /* the port left the configuration since ingress chose it */
-	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), len);
-	count_tx(bpf_map_lookup_elem(&vni_stats, &slot), len);
+	count_sent(port->slot, bpf_map_lookup_elem(&vni_stats, &slot), len);
 	return bpf_redirect(ifindex, 0);
 }
 

@@ -17,8 +17,7 @@ static __always_inline int send_to(struct xdp_md *ctx, struct frame *f, __u32 if
 	count_fdb(f, FDB_KNOWN_UNICAST);
 	if (f->to_tc)
 		return hand_to_tc(ctx, f, TC_SEND, ifindex);
-	count_tx(bpf_map_lookup_elem(&port_stats, &slot), len);
-	count_tx(f->vni_stats, len);
+	count_sent(slot, f->vni_stats, len);
 	return bpf_redirect(ifindex, 0);
 }
 

@@ -307,10 +307,7 @@ int vtep_egress(struct xdp_md *ctx)
 			return drop(port->slot, vs, DROP_MTU);
 		finish_outer(data, port, peer, *(__u16 *)(data + OUTER_IP_CHECK));
 	}
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	count_tx(bpf_map_lookup_elem(&port_stats, &(__u32){ port->slot }), data_end - data);
-	count_tx(vs, data_end - data);
+	count_sent(port->slot, vs, ctx->data_end - ctx->data);
 	return XDP_PASS;
 }
 

@@ -138,12 +138,16 @@ class EchoServer(DataPlane):
         return [self.interface]
 
     def compile_arguments(self) -> dict:
-        return {"program": "xdp_echo", "mode": self.mode, "constants": echo_constants(self.mac, self.ports,
-                                                                                        self.addresses)}  # fmt: skip
+        constants = echo_constants(self.mac, self.ports, self.addresses)
+        return {"program": "xdp_echo", "mode": self.mode, "constants": constants}
 
     def part(self) -> dict:
-        return {"interface": self.interface, "ports": list(self.ports), "addresses": list(self.addresses),
-                "mac": self.mac}  # fmt: skip
+        return {
+            "interface": self.interface,
+            "ports": list(self.ports),
+            "addresses": list(self.addresses),
+            "mac": self.mac,
+        }
 
     def without_sources(self) -> dict:
         """In check mode before the xdp_host role copied the sources (in check mode it copied nothing): what would
