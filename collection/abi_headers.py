@@ -8,9 +8,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "collection"))
 
-from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import collection_headers
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances.registry import HEADERS
 
-for declared in collection_headers(str(ROOT)):
+for declared in HEADERS:
     header = ROOT / declared.path
     text = declared.render()
     if not header.is_file() or header.read_text() != text:

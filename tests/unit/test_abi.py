@@ -20,12 +20,22 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import abi, li
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf import build as bpf_build
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf, LayoutMismatch
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf_layout import MapLayout
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.instances import registry
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import layouts as tg_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import abi as vtep_abi
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts as vtep_layouts
 
-HEADERS = {found.abi.name: found for found in abi.collection_headers(str(REPO))}
+HEADERS = {found.abi.name: found for found in registry.HEADERS}
 ABIS = {name: header.abi for name, header in HEADERS.items()}
+
+
+def test_every_package_that_declares_numbers_has_its_header_listed():
+    """A data plane's abi.py (bpf's own is the mechanism) has its header in the registry, so `make abi` writes it
+    and the tests here hold it: a plane added without listing it fails here."""
+    utils = REPO / "plugins" / "module_utils"
+    declaring = {path.parent.name for path in utils.glob("*/abi.py")} - {"bpf"}
+    assert {header.abi.name for header in registry.HEADERS} == declaring
+    assert {Path(header.path).parent.name for header in registry.HEADERS} == declaring
 
 
 def compile_in(tree: Path, source: str, bpf_cache: str) -> str:

@@ -23,9 +23,7 @@ emits no 64-bit ones) they are 32-bit unsigned numbers.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import inspect
-import os
 import textwrap
 from dataclasses import dataclass
 
@@ -35,7 +33,6 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.btf import Btf
 ANCHOR_SECTION = ".xdpfleet_abi"
 LINE_WIDTH = 120
 _TAB = 8  # columns of a tab, as the C sources are indented
-_COLLECTION = "ansible_collections.xdpfleet.fabric"
 
 
 class AbiMismatch(LayoutMismatch):
@@ -320,14 +317,3 @@ def declared_enums(btf: Btf) -> dict[str, dict[str, int]]:
             if enum is not None:
                 out[enum[0]] = enum[1]
     return out
-
-
-def collection_headers(root: str) -> list[Header]:
-    """Every data plane's generated header: the HEADER of each plugins/module_utils/<plane>/layouts.py under the
-    collection root whose plane declares its numbers (an abi.py; this package's own is the mechanism, not a plane)."""
-    found = []
-    utils = os.path.join(root, "plugins", "module_utils")
-    for package in sorted(os.listdir(utils)):
-        if package != "bpf" and os.path.isfile(os.path.join(utils, package, "abi.py")):
-            found.append(importlib.import_module(f"{_COLLECTION}.plugins.module_utils.{package}.layouts").HEADER)
-    return found

@@ -5,13 +5,26 @@ exporter find a record's data plane here and never import one by name (docs/arch
 
 from __future__ import annotations
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.bpf.abi import Header
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.dataplane.template import DataPlane
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter import layouts as filter_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.filter.deploy import Filter
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.router import layouts as router_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.router.deploy import Router
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen import layouts as trafficgen_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.trafficgen.echo import EchoServer
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import layouts as vtep_layouts
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep.deploy import Vtep
 
 PLANES: tuple[type[DataPlane], ...] = (Vtep, Filter, Router, EchoServer)
+# Every data plane's generated C header (bpf/<plane>/<plane>_abi.h): what `make abi` writes, and what
+# tests/unit/test_abi.py holds to the Python declarations and to the packages that declare numbers (an abi.py).
+HEADERS: tuple[Header, ...] = (
+    vtep_layouts.HEADER,
+    filter_layouts.HEADER,
+    router_layouts.HEADER,
+    trafficgen_layouts.HEADER,
+)
 PROGRAM = "program"  # the kind of an instance of no data plane: xdp_program's
 # Every plane's error and what removing one can fail with: what a caller acting on every instance catches.
 ERRORS = tuple(plane.Error for plane in PLANES)
