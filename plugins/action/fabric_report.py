@@ -3,9 +3,10 @@
 """xdpfleet.fabric.fabric_report: the VTEP fabric at a glance, fabric.md and the picture fabric.svg.
 
 Runs on the controller only. The report is built and written by plugins/module_utils/reports/fabric.py (what the
-unit tests drive); this action takes the options and finds its input among the hosts' facts: the fabric the
-xdpfleet.fabric.vtep_fabric action derives (its fact xdpfleet_fabric) and, after a run, each VTEP's counters (the
-xdpfleet_vtep fact of xdpfleet.fabric.vtep or vtep_info).
+unit tests drive); this action takes the options and finds its input: the fabric that this run's
+xdpfleet.fabric.vtep_fabric checked (kept on the controller, found by the digest in the hosts' fact xdpfleet_fabric:
+fabric/fleet.py) and, after a run, each VTEP's counters (the xdpfleet_vtep fact of xdpfleet.fabric.vtep or
+vtep_info).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.xdpfleet.fabric.plugins.module_utils.fabric import fleet
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.reports import fabric as report
+from ansible_collections.xdpfleet.fabric.plugins.plugin_utils.fabric_run import digest_of, run_directory
 
 ARGUMENT_SPEC = {
     "dest": {"type": "path", "required": True},
@@ -61,19 +64,22 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _fabric_fact(task_vars: dict, hostvars) -> Mapping:
-        """The xdpfleet_fabric fact: this host's, else the first inventory host's that has it (vtep_fabric sets it
-        on the hosts of its play, not on localhost)."""
-        own = (task_vars.get("ansible_facts") or {}).get("xdpfleet_fabric")
-        if own:
-            return own
+        """The fabric this run checked, by the digest of this host's xdpfleet_fabric fact, else of the first inventory
+        host's that has one (vtep_fabric sets it on the hosts of its play, not on localhost)."""
+        digest = digest_of(task_vars)
         for host in task_vars.get("groups", {}).get("all", []):
-            fact = (hostvars[host].get("ansible_facts") or {}).get("xdpfleet_fabric")
-            if fact:
-                return fact
-        raise AnsibleActionFail(
-            "fabric: not given, and no host has the xdpfleet_fabric fact: run xdpfleet.fabric.vtep_fabric first "
-            "(site.yml and playbooks/fabric_report.yml do)"
-        )
+            if digest is not None:
+                break
+            digest = digest_of(hostvars[host])
+        if digest is None:
+            raise AnsibleActionFail(
+                "fabric: not given, and no host has the xdpfleet_fabric fact: run xdpfleet.fabric.vtep_fabric first "
+                "(site.yml and playbooks/fabric_report.yml do)"
+            )
+        try:
+            return fleet.report(run_directory(), digest)
+        except fleet.KeptFabricError as exc:
+            raise AnsibleActionFail(f"fabric: {exc}") from exc
 
     @staticmethod
     def _counter_facts(fabric, hostvars) -> dict:

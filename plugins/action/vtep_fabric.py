@@ -3,8 +3,9 @@
 """xdpfleet.fabric.vtep_fabric: every VTEP's document derived from the fabric model, the whole fleet checked.
 
 Runs on the controller only and contacts no host: it reads the inventory (hostvars of every host with fabric_vtep
-or vtep_config), and either fails listing every problem or returns the fact xdpfleet_fabric and the warnings. The
-work is in plugins/module_utils/fabric (fleet.check), which the unit tests drive.
+or vtep_config), and either fails listing every problem or keeps the checked fabric in this run's directory on the
+controller and returns its digest as the fact xdpfleet_fabric, with the warnings. The work is in
+plugins/module_utils/fabric/fleet.py (check, keep), which the unit tests drive.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.fabric import fleet
+from ansible_collections.xdpfleet.fabric.plugins.plugin_utils.fabric_run import FACT, run_directory
 
 # The variables of a host the fleet check reads.
 HOST_VARIABLES = ("fabric_vtep", "vtep_config", "vtep_backend", "host_tuning_nics")
@@ -80,10 +82,15 @@ class ActionModule(ActionBase):
                 f"{'s' if len(fabric.problems) != 1 else ''}):\n{listed}{warned}",
                 result={"problems": fabric.problems, "warnings": fabric.warnings},
             )
+        try:
+            digest = fleet.keep(run_directory(), fabric.documents, fabric.report())
+        except OSError as exc:
+            raise AnsibleActionFail(f"cannot keep the checked fabric on the controller: {exc}") from exc
         result.update(
             changed=False,
             msg=f"{len(fabric.documents)} VTEPs, {len(fabric.vnis)} VNIs: the fabric is consistent",
-            ansible_facts={"xdpfleet_fabric": fabric.fact()},
+            # Only the digest reaches the hosts: each reads its own document by it (lookup vtep_document).
+            ansible_facts={FACT: {"digest": digest, "vteps": len(fabric.documents), "vnis": len(fabric.vnis)}},
         )
         if fabric.warnings:
             result["warnings"] = list(fabric.warnings)

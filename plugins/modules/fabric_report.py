@@ -53,11 +53,12 @@ options:
     default: xdpfleet fabric
   fabric:
     description:
-      - The fabric, as the C(xdpfleet_fabric) fact of M(xdpfleet.fabric.vtep_fabric) has it. C(vteps) (by name,
-        each with C(backend), C(source), C(tunnel_ips) and C(vnis)), C(vnis) (each with C(vni), optional C(name)
-        and C(vlan_mode), and C(members) by VTEP with C(access_ports), C(trunks) and C(peers)) and C(warnings)
-        are read; C(documents) is not.
-      - Default, this host's C(xdpfleet_fabric) fact, else the first inventory host's that has one.
+      - The fabric as M(xdpfleet.fabric.vtep_fabric) checked it. C(vteps) (by name, each with C(backend),
+        C(source), C(tunnel_ips) and C(vnis)), C(vnis) (each with C(vni), optional C(name) and C(vlan_mode), and
+        C(members) by VTEP with C(access_ports), C(trunks) and C(peers)) and C(warnings) are read.
+      - Default, the fabric this run's check kept on the controller, found by the digest in this host's
+        C(xdpfleet_fabric) fact, else in the first inventory host's that has one; a digest this run did not check
+        (a cached fact of an earlier run) is refused.
     type: dict
   counters:
     description:

@@ -30,8 +30,12 @@ description:
     carries anywhere in the fleet + 50 (+ 4 where the VNI keeps tags); more VNIs, members or ports than the data
     plane's limits; a pair of VTEPs with no port between them.
   - "Fails listing every problem, each C(<host>: <field>: <rule>) with the field the user wrote (such as
-    C(b: fabric_vtep.vnis[1].vni)); a problem of a derived peer says so. Otherwise sets the fact
-    C(xdpfleet_fabric) and warns of VNIs served by one VTEP only."
+    C(b: fabric_vtep.vnis[1].vni)); a problem of a derived peer says so. Otherwise keeps the checked fabric on the
+    controller, in this run's temporary directory (removed when the run ends), sets the fact C(xdpfleet_fabric) to
+    its digest and warns of VNIs served by one VTEP only."
+  - The hosts receive the digest, not the fleet - nothing of the fleet's size is copied into each host's
+    variables. Each host reads its own document with the lookup P(xdpfleet.fabric.vtep_document#lookup) (the vtep
+    role does), which refuses a digest this run did not check, such as a fact a fact cache kept from an earlier run.
   - Run it with C(run_once) on the VTEP hosts' play (the fact then reaches every host of the play) before anything
     changes a host; C(playbooks/vtep.yml) and C(site.yml) start with it. MTUs come from C(fabric_vtep.mtu), else
     C(host_tuning_nics)' C(mtu) for the port, else C(fabric_mtu) (1500 when unset).
@@ -54,6 +58,8 @@ attributes:
 seealso:
   - module: xdpfleet.fabric.vtep
   - module: xdpfleet.fabric.linux_vtep
+  - plugin: xdpfleet.fabric.vtep_document
+    plugin_type: lookup
 """
 
 EXAMPLES = r"""
@@ -84,8 +90,8 @@ EXAMPLES = r"""
   tasks:
     - name: Configure this host's VTEP from its derived document
       xdpfleet.fabric.vtep:
-        config: "{{ ansible_facts.xdpfleet_fabric.documents[inventory_hostname] }}"
-      when: inventory_hostname in ansible_facts.xdpfleet_fabric.documents
+        config: "{{ lookup('xdpfleet.fabric.vtep_document', inventory_hostname) }}"
+      when: fabric_vtep is defined
 """
 
 RETURN = r"""
@@ -101,35 +107,33 @@ problems:
   elements: str
   sample: ["b: fabric_vtep.vnis[1].vni: VNI 300 is not in fabric_vnis; every VNI of the fabric is listed there once"]
 ansible_facts:
-  description: The fabric, for the VTEP hosts of the play.
+  description: The checked fabric's digest, for the VTEP hosts of the play.
   returned: success
   type: dict
   contains:
     xdpfleet_fabric:
-      description: The fabric as derived.
+      description:
+        - Where this run keeps the checked fabric. The documents and the report's view of the fabric stay on the
+          controller; P(xdpfleet.fabric.vtep_document#lookup) and M(xdpfleet.fabric.fabric_report) read them by
+          C(digest).
       type: dict
       contains:
-        documents:
-          description: Every VTEP's document (derived, or as written in C(vtep_config)), by inventory host.
-          type: dict
-          sample: {b: {tunnel_ports: [{port: ul-a, local_ip: 198.51.100.98}],
-                       vnis: [{vni: 100, access_ports: [acc100], peers: [{ip: 198.51.100.97, via: ul-a}]}]}}
+        digest:
+          description: SHA-256 of every derived document and the fabric's report view.
+          type: str
+          sample: 5d1f0c3a9be2...
         vteps:
-          description: Per VTEP, its C(backend), C(source) (C(model) or C(vtep_config)), C(tunnel_ips) and C(vnis).
-          type: dict
-          sample: {b: {backend: xdp, source: model, tunnel_ips: [198.51.100.98], vnis: [100, 200]}}
+          description: How many VTEPs have a document.
+          type: int
+          sample: 5
         vnis:
-          description:
-            - Per VNI, by number, its C(vni), C(name) (null without one), C(vlan_mode) and C(members) - per VTEP
-              its C(access_ports), C(trunks) (C(port), C(vid)) and C(peers) (addresses).
-            - Every VNI of C(fabric_vnis) and of the hand-written documents.
-          type: list
-          elements: dict
-          sample: [{vni: 100, name: servers, vlan_mode: translate,
-                    members: {b: {access_ports: [acc100], trunks: [], peers: [198.51.100.97]}}}]
-        warnings:
-          description: The warnings (also shown as Ansible warnings), such as a VNI served by one VTEP only.
-          type: list
-          elements: str
-          sample: ["b: fabric_vtep.vnis[1]: VNI 300 is served by b only: it reaches no other VTEP"]
+          description: How many VNIs the fabric has.
+          type: int
+          sample: 2
+warnings:
+  description: The warnings, such as a VNI served by one VTEP only.
+  returned: when there are any
+  type: list
+  elements: str
+  sample: ["b: fabric_vtep.vnis[1]: VNI 300 is served by b only: it reaches no other VTEP"]
 """

@@ -74,8 +74,7 @@ def fleet(tmp_path_factory) -> dict[str, dict]:
     check play of playbooks/vtep.yml (playbooks/fabric_check.yml), then templated by Ansible itself (a play of debug
     tasks, which run on the controller and contact no host)."""
     shown = {
-        "vtep_config": "{{ ansible_facts.xdpfleet_fabric.documents[inventory_hostname] | default(None) }}",
-        "fabric_warnings": "{{ ansible_facts.xdpfleet_fabric.warnings }}",
+        "vtep_config": "{{ lookup('xdpfleet.fabric.vtep_document', inventory_hostname) or None }}",
         **{name: f"{{{{ {name} | default(None) }}}}" for name in ("vtep_health_probes", "host_tuning_nics")},
     }
     play = [
@@ -91,7 +90,11 @@ def fleet(tmp_path_factory) -> dict[str, dict]:
     playbook.write_text(yaml.safe_dump(play, sort_keys=False))
     result = run_playbook(playbook, FLEET)
     assert result.rc == 0, result
-    return {task["host"]: task["result"]["msg"] for task in result.results(task="Show them")}
+    warnings = result.result(task="Derive every VTEP's document and check the fleet").get("warnings", [])
+    return {
+        task["host"]: {**task["result"]["msg"], "fabric_warnings": warnings}
+        for task in result.results(task="Show them")
+    }
 
 
 def vteps(fleet: dict[str, dict]) -> dict[str, dict]:

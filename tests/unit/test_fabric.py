@@ -57,7 +57,7 @@ def test_the_fact_describes_every_vtep_and_vni():
         "peers": ["198.51.100.98", "198.51.100.102", "198.51.100.105", "198.51.100.110"],
     }
     assert sorted(fabric.vnis[1]["members"]) == ["a", "b", "c", "d"]
-    assert set(fabric.fact()) == {"documents", "vteps", "vnis", "warnings"}
+    assert set(fabric.report()) == {"vteps", "vnis", "warnings"}
 
 
 @pytest.mark.parametrize(("change", "problem"), INVALID, ids=[change.__name__ for change, _ in INVALID])
@@ -105,9 +105,7 @@ def test_vtep_config_wins_over_fabric_vtep_with_a_warning():
     hosts["l"]["host_tuning_nics"] = [{"name": "ul-a", "mtu": 1600}]
     fabric = check(group, hosts)
     assert fabric.problems == []
-    assert fabric.warnings == [
-        "l: fabric_vtep: the host also has a vtep_config, which wins: fabric_vtep is not used"
-    ]
+    assert fabric.warnings == ["l: fabric_vtep: the host also has a vtep_config, which wins: fabric_vtep is not used"]
     assert fabric.documents["l"] == written("l")
 
 
@@ -190,8 +188,10 @@ def test_fdb_settings_and_static_entries_pass_through():
     group, hosts = lab_fleet()
     spec = hosts["b"]["fabric_vtep"]
     spec.update(fdb_aging=60, fdb_size=1024)
-    spec["vnis"][0]["fdb"] = [{"mac": "02:00:00:00:64:01", "port": "acc100"}, {"mac": "02:00:00:00:64:02",
-                                                                                "remote": "198.51.100.97"}]
+    spec["vnis"][0]["fdb"] = [
+        {"mac": "02:00:00:00:64:01", "port": "acc100"},
+        {"mac": "02:00:00:00:64:02", "remote": "198.51.100.97"},
+    ]
     fabric = check(group, hosts)
     assert fabric.problems == []
     document = fabric.documents["b"]

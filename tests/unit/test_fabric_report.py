@@ -75,9 +75,9 @@ def test_markdown_lists_every_vtep_its_addresses_and_vnis():
     assert "| l | linux | hand-written (vtep_config) | 198.51.100.110 | 100 |" in vteps
 
 
-def test_the_fact_the_fleet_check_writes_for_the_lab_is_what_the_report_reads():
+def test_the_view_the_fleet_check_keeps_for_the_lab_is_what_the_report_reads():
     group, hosts = lab_fleet()
-    fact = fleet.check(hosts, group["fabric_vnis"], group.get("fabric_mtu")).fact()
+    fact = fleet.check(hosts, group["fabric_vnis"], group.get("fabric_mtu")).report()
     text = markdown(fact)
     assert text.startswith("# lab fabric\n\n5 VTEPs, 2 VNIs.\n\n")
     # l is derived from the model in the inventory (the fixture's l has a hand-written document).
@@ -255,18 +255,22 @@ def test_bad_counters_fail_naming_the_field():
         fabric_report.build_report("x", fabric_fact(), {"z": {}})
 
 
-# The VTEP hosts carry the facts the fabric check and vtep_info set (set_fact cacheable: into ansible_facts, with no
-# connection); the report on localhost finds them, as site.yml's Report play does.
+# The fabric check of the run (on the controller), and the counters vtep_info sets on the VTEP hosts (set_fact
+# cacheable: into ansible_facts, with no connection); the report on localhost finds both, as site.yml's Report play
+# does.
 FACTS_PLAY = """
 - name: The facts of a run
   hosts: vteps
   gather_facts: false
   tasks:
-    - name: Set the facts
+    - name: Check the fabric
+      xdpfleet.fabric.vtep_fabric:
+      run_once: true
+    - name: Set the counters
       ansible.builtin.set_fact:
-        xdpfleet_fabric: "{{ fabric_input }}"
-        xdpfleet_vtep: "{{ vtep_input[inventory_hostname] | default(omit) }}"
+        xdpfleet_vtep: "{{ vtep_input[inventory_hostname] }}"
         cacheable: true
+      when: inventory_hostname in vtep_input
 """
 REPORT_PLAY = """
 - name: Report
@@ -282,11 +286,12 @@ REPORT_PLAY = """
 def test_playbook_takes_the_facts_writes_nothing_in_check_mode_and_reruns(tmp_path):
     path = tmp_path / "report.yml"
     path.write_text(FACTS_PLAY + REPORT_PLAY)
+    group, hosts = lab_fleet()
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text(json.dumps({"all": {"children": {"vteps": {"hosts": {host: {} for host in LAB_VTEPS}}}}}))
+    inventory.write_text(json.dumps({"all": {"vars": group, "children": {"vteps": {"hosts": hosts}}}}))
     counters = vtep_facts()
     counters.pop("d")  # no xdpfleet_vtep on d: omitted, so d has none in the report
-    extra_vars = {"report_dir": "out", "fabric_input": fabric_fact(), "vtep_input": counters}
+    extra_vars = {"report_dir": "out", "vtep_input": counters}
     dest = tmp_path / "out"
     files = [str(dest / name) for name in ("fabric.svg", "fabric.md")]
 

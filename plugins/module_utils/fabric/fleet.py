@@ -17,12 +17,28 @@ Warnings: a VNI served by one VTEP (or none), a host with both fabric_vtep and v
 Each problem is "<host>: <field path>: <rule>"; a fabric variable's problems start with its name. The shape
 (schemas and each host's own rules) is checked first, then the tunnel addresses; the documents and the other fleet
 rules only when those are sound, as they need every host's addresses and VNIs.
+
+The checked fabric stays on the controller (keep, document, report). Handing the whole fabric to every host as a
+fact costs what the fleet weighs on every host and every task (Ansible copies a host's facts into its variables
+for each task), and a fact cache would keep it past the run that checked it. Instead keep() writes it into a
+directory of the run, named by the fabric's digest:
+
+    <run directory>/<digest>/fabric.json           the report's view (vteps, vnis, warnings), for fabric_report
+    <run directory>/<digest>/documents/<host>.json one VTEP's document, with the digest it was derived under
+
+and the hosts receive only the digest (the fact xdpfleet_fabric). A host reads its own document by the digest from
+the directory of the run it is in (plugins/lookup/vtep_document.py): a digest from another run (a cached fact, a
+check skipped) names a directory this run does not have, and is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.fabric import derive, model
 from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config as vtep_config
@@ -36,7 +52,7 @@ _PEER_PATH = re.compile(r"^vnis\[(\d+)\]\.peers\[(\d+)\]")
 
 @dataclass
 class Fabric:
-    """What the controller hands the VTEP hosts (the fact xdpfleet_fabric) and the problems that refuse it."""
+    """The checked fleet: each VTEP's document, the report's view of the fabric, and the problems that refuse it."""
 
     documents: dict[str, dict] = field(default_factory=dict)
     vteps: dict[str, dict] = field(default_factory=dict)
@@ -44,8 +60,9 @@ class Fabric:
     warnings: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
-    def fact(self) -> dict:
-        return {"documents": self.documents, "vteps": self.vteps, "vnis": self.vnis, "warnings": self.warnings}
+    def report(self) -> dict:
+        """What xdpfleet.fabric.fabric_report reads (reports/fabric.py parse_fabric)."""
+        return {"vteps": self.vteps, "vnis": self.vnis, "warnings": self.warnings}
 
 
 def _present(value) -> bool:
@@ -369,3 +386,91 @@ def _report(fabric: Fabric, vteps, members, fabric_vni) -> None:
             )
         elif not serving:
             fabric.warnings.append(f"fabric_vnis[{fabric_vni[vni][0]}]: VNI {vni} is served by no VTEP")
+
+
+# ---- the checked fabric, kept on the controller for the hosts ---------------------------------------------------
+
+FABRIC_FILE = "fabric.json"
+DOCUMENTS = "documents"
+DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+class KeptFabricError(Exception):
+    """A digest this run did not check, or a file of the checked fabric that cannot be read."""
+
+
+def _encoded(value) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _host_file(host: str) -> str:
+    # Inventory names are free text: one file name each, whatever they hold.
+    return quote(host, safe="") + ".json"
+
+
+def keep(run_directory: str, documents: dict[str, dict], report: dict) -> str:
+    """Keep the checked fabric under run_directory and return its digest: the SHA-256 of every document and of the
+    report's view, so that two checks that derived the same fabric name the same directory."""
+    encoded = {host: _encoded(document) for host, document in documents.items()}
+    report_bytes = _encoded(report)
+    digest = hashlib.sha256()
+    for host in sorted(encoded):
+        digest.update(_encoded(host) + b"\0" + encoded[host] + b"\n")
+    digest.update(report_bytes)
+    name = digest.hexdigest()
+    where = os.path.join(run_directory, name)
+    if os.path.isdir(where):
+        return name
+    # Written beside and renamed into place: a reader finds the whole fabric or none of it.
+    partial = f"{where}.partial-{os.getpid()}"
+    os.makedirs(os.path.join(partial, DOCUMENTS), mode=0o700)
+    for host, document in encoded.items():
+        with open(os.path.join(partial, DOCUMENTS, _host_file(host)), "wb") as f:
+            f.write(b'{"digest":"' + name.encode() + b'","document":' + document + b"}")
+    with open(os.path.join(partial, FABRIC_FILE), "wb") as f:
+        f.write(report_bytes)
+    try:
+        os.rename(partial, where)
+    except OSError:
+        if not os.path.isdir(where):  # else another check of the same fabric was first
+            raise
+    return name
+
+
+def _checked(run_directory: str, digest) -> str:
+    if (
+        not isinstance(digest, str)
+        or not DIGEST.fullmatch(digest)
+        or not os.path.isdir(os.path.join(run_directory, digest))
+    ):
+        raise KeptFabricError(
+            f"xdpfleet_fabric: the fabric {digest!r} was not checked by this run (the fact comes from an earlier run, "
+            "e.g. a fact cache, or the check was skipped): run xdpfleet.fabric.vtep_fabric in this run "
+            "(playbooks/fabric_check.yml), so that no host is configured from a derivation this run did not check"
+        )
+    return os.path.join(run_directory, digest)
+
+
+def document(run_directory: str, digest, host: str) -> dict | None:
+    """host's document in the fabric `digest` this run checked; None when that fabric has no document for host."""
+    path = os.path.join(_checked(run_directory, digest), DOCUMENTS, _host_file(host))
+    try:
+        with open(path, "rb") as f:
+            entry = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise KeptFabricError(f"{path}: cannot read the checked document of {host}: {exc}") from exc
+    if entry.get("digest") != digest:
+        raise KeptFabricError(f"{path}: derived under fabric {entry.get('digest')!r}, not {digest!r}")
+    return entry["document"]
+
+
+def report(run_directory: str, digest) -> dict:
+    """The report's view (vteps, vnis, warnings) of the fabric `digest` this run checked."""
+    path = os.path.join(_checked(run_directory, digest), FABRIC_FILE)
+    try:
+        with open(path, "rb") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise KeptFabricError(f"{path}: cannot read the checked fabric: {exc}") from exc
