@@ -98,22 +98,35 @@ static __always_inline enum router_verdict fib_verdict(int rc)
 	}
 }
 
-/* Whether the FIB's egress is a router port; asked before the frame changes, so a frame passed on is as it came. */
-static __always_inline int egress_is_port(struct bpf_fib_lookup *params)
+/* The FIB's next hop for the frame in params: -1 when it leaves by one of the router's ports (params then holds its
+ * MACs and egress ifindex), else the verdict of the frame passed to the kernel. Asked before the frame changes, so a
+ * frame passed on is as it came. */
+static __always_inline int next_hop(struct xdp_md *ctx, struct bpf_fib_lookup *params)
 {
+	int rc = bpf_fib_lookup(ctx, params, sizeof(*params), 0);
 	__u32 ifindex = params->ifindex;
 
-	return bpf_map_lookup_elem(&router_ports, &ifindex) != NULL;
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return fib_verdict(rc);
+	if (!bpf_map_lookup_elem(&router_ports, &ifindex))
+		return RT_PASS_NOT_PORT;
+	return -1;
 }
 
 /* Bytes past the IP packet's own length (Ethernet padding of a short packet, or trailing garbage): the kernel trims
  * them before it forwards (ip_rcv_core, ip6_rcv_core), so a frame forwarded here loses them too. Returns the Ethernet
- * header again (the frame's pointers change), NULL if the frame cannot be trimmed. */
-static __always_inline struct ethhdr *trim(struct xdp_md *ctx, int extra)
+ * header again (the frame's pointers change) with the IP header of ip_len bytes after it in bounds, NULL if the frame
+ * cannot be trimmed (it was that long before, so only a failed adjust_tail gives NULL). */
+static __always_inline struct ethhdr *trim(struct xdp_md *ctx, int extra, __u32 ip_len)
 {
+	struct ethhdr *eth;
+
 	if (extra > 0 && bpf_xdp_adjust_tail(ctx, -extra))
 		return NULL;
-	return (void *)(long)ctx->data;
+	eth = (void *)(long)ctx->data;
+	if ((void *)(eth + 1) + ip_len > (void *)(long)ctx->data_end)
+		return NULL;
+	return eth;
 }
 
 static __always_inline int redirect(struct xdp_md *ctx, struct ethhdr *eth, struct bpf_fib_lookup *params,
@@ -176,7 +189,7 @@ static __always_inline int route_ipv4(struct xdp_md *ctx, struct xf_cursor *cur,
 {
 	struct bpf_fib_lookup params = {}, reverse = {};
 	struct iphdr *iph;
-	int rc, extra;
+	int verdict, extra;
 
 	if (xf_parse_iphdr(cur, data_end, &iph) < 0)
 		return pass(ctx, RT_PASS_MALFORMED);
@@ -200,19 +213,17 @@ static __always_inline int route_ipv4(struct xdp_md *ctx, struct xf_cursor *cur,
 	params.ipv4_dst = iph->daddr;
 	params.ifindex = ctx->ingress_ifindex;
 
-	rc = bpf_fib_lookup(ctx, &params, sizeof(params), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return pass(ctx, fib_verdict(rc));
-	if (!egress_is_port(&params))
-		return pass(ctx, RT_PASS_NOT_PORT);
+	verdict = next_hop(ctx, &params);
+	if (verdict >= 0)
+		return pass(ctx, verdict);
 	reverse.family = RT_AF_INET;
 	reverse.ipv4_src = iph->daddr;
 	reverse.ipv4_dst = iph->saddr;
 	if (source_is_local(ctx, &reverse))
 		return pass(ctx, RT_PASS_LOCAL_SOURCE);
-	eth = trim(ctx, extra);
-	if (!eth || (void *)(eth + 1) + sizeof(*iph) > (void *)(long)ctx->data_end)
-		return XDP_ABORTED; /* cannot happen: the frame was this long before it was trimmed */
+	eth = trim(ctx, extra, sizeof(*iph));
+	if (!eth)
+		return XDP_ABORTED;
 	iph = (void *)(eth + 1);
 	xf_ipv4_decrement_ttl(iph);
 	return redirect(ctx, eth, &params, RT_FORWARDED_V4);
@@ -222,7 +233,7 @@ static __always_inline int route_ipv6(struct xdp_md *ctx, struct xf_cursor *cur,
 {
 	struct bpf_fib_lookup params = {};
 	struct ipv6hdr *ip6h;
-	int rc, extra;
+	int verdict, extra;
 
 	if (xf_parse_ip6hdr(cur, data_end, &ip6h) < 0)
 		return pass(ctx, RT_PASS_MALFORMED);
@@ -245,14 +256,12 @@ static __always_inline int route_ipv6(struct xdp_md *ctx, struct xf_cursor *cur,
 	__builtin_memcpy(params.ipv6_dst, &ip6h->daddr, sizeof(params.ipv6_dst));
 	params.ifindex = ctx->ingress_ifindex;
 
-	rc = bpf_fib_lookup(ctx, &params, sizeof(params), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return pass(ctx, fib_verdict(rc));
-	if (!egress_is_port(&params))
-		return pass(ctx, RT_PASS_NOT_PORT);
-	eth = trim(ctx, extra);
-	if (!eth || (void *)(eth + 1) + sizeof(*ip6h) > (void *)(long)ctx->data_end)
-		return XDP_ABORTED; /* cannot happen: the frame was this long before it was trimmed */
+	verdict = next_hop(ctx, &params);
+	if (verdict >= 0)
+		return pass(ctx, verdict);
+	eth = trim(ctx, extra, sizeof(*ip6h));
+	if (!eth)
+		return XDP_ABORTED;
 	ip6h = (void *)(eth + 1);
 	ip6h->hop_limit--;
 	return redirect(ctx, eth, &params, RT_FORWARDED_V6);

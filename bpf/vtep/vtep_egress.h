@@ -103,12 +103,9 @@ static __always_inline int short_copy(struct xdp_md *ctx, struct port_config *po
 		if (data_end - data + VXLAN_OVERHEAD - (int)sizeof(struct ethhdr) > port->mtu)
 			return drop(port->slot, vs, DROP_MTU);
 		cpu = bpf_map_lookup_elem(&cpu_state, &zero);
-		if (!cpu || push_outer(ctx, cpu, row->vni))
+		data = cpu ? push_outer(ctx, cpu, row->vni) : NULL;
+		if (!data)
 			return drop(port->slot, vs, DROP_MALFORMED);
-		data = (void *)(long)ctx->data;
-		data_end = (void *)(long)ctx->data_end;
-		if (data + VXLAN_OVERHEAD > data_end)
-			return XDP_DROP;
 		finish_outer(data, port, peer, *(__u16 *)(data + OUTER_IP_CHECK));
 	}
 	count_sent(port->slot, vs, ctx->data_end - ctx->data);

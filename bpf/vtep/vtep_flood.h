@@ -206,12 +206,9 @@ static __always_inline int flood_local(struct xdp_md *ctx, struct frame *f)
 		return drop(f->in_slot, f->vni_stats, DROP_NO_GROUP);
 	limit = f->in_ifindex == row->tightest_port ? row->others_limit : row->frame_limit;
 	if (data_end - data + VXLAN_OVERHEAD <= limit) {
-		if (push_outer(ctx, f->cpu, f->vni))
+		data = push_outer(ctx, f->cpu, f->vni);
+		if (!data)
 			return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
-		data = (void *)(long)ctx->data;
-		data_end = (void *)(long)ctx->data_end;
-		if (data + VXLAN_OVERHEAD > data_end)
-			return XDP_DROP;
 		stamp(data, f, row, 0);
 		drop_meta(ctx);
 	} else if (short_stamp(ctx, f, 0)) {

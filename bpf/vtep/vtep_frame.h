@@ -69,8 +69,9 @@ static __always_inline void count_fdb(struct frame *f, enum fdb_event event)
 }
 
 /* Put the Outer for a frame of `vni` in front of it: every field but the per-copy ones (MACs, addresses, IP id,
- * checksum: finish_outer). Returns 0, or -1 when the frame has no headroom. */
-static __always_inline int push_outer(struct xdp_md *ctx, struct cpu_state *cpu, __u32 vni)
+ * checksum: finish_outer). Returns the frame's new start, its Outer in bounds where the verifier sees it, or NULL when
+ * the frame has no headroom. */
+static __always_inline __u8 *push_outer(struct xdp_md *ctx, struct cpu_state *cpu, __u32 vni)
 {
 	__u8 *data = (void *)(long)ctx->data;
 	__u8 *data_end = (void *)(long)ctx->data_end;
@@ -78,13 +79,13 @@ static __always_inline int push_outer(struct xdp_md *ctx, struct cpu_state *cpu,
 	struct outer_template *t = outer_template(cpu, vni, data_end - data);
 
 	if (bpf_xdp_adjust_head(ctx, -VXLAN_OVERHEAD))
-		return -1;
+		return NULL;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	if (data + VXLAN_OVERHEAD > data_end)
-		return -1;
+		return NULL;
 	write_outer(data, t, udp_source);
-	return 0;
+	return data;
 }
 
 /* The TC backend: leave the command in the frame's metadata (it has none: ingress dropped what came with it) and pass

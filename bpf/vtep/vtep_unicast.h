@@ -79,12 +79,9 @@ static __always_inline int send_remote(struct xdp_md *ctx, struct frame *f, stru
 	data_end = (void *)(long)ctx->data_end;
 	if (data_end - data + VXLAN_OVERHEAD - (int)sizeof(struct ethhdr) > port->mtu)
 		return drop(port->slot, f->vni_stats, DROP_MTU);
-	if (push_outer(ctx, f->cpu, f->vni))
+	data = push_outer(ctx, f->cpu, f->vni);
+	if (!data)
 		return drop(f->in_slot, f->vni_stats, DROP_MALFORMED);
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	if (data + VXLAN_OVERHEAD > data_end)
-		return XDP_DROP;
 	finish_outer(data, port, peer, *(__u16 *)(data + OUTER_IP_CHECK));
 	return send_to(ctx, f, ifindex, port->slot);
 }

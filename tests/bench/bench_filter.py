@@ -28,7 +28,6 @@ make bench-filter runs it (BENCH_ARGS="--seconds 1 --rounds 1" for a short try).
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import re
@@ -48,6 +47,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "kernel"))
 sys.path.insert(0, str(REPO / "tests" / "bench"))
 
+from bench_cli import cannot_run, interrupt_on, measuring_parser
 from bench_vtep import compile_bpf, ksoftirqd, napi_threads, nsx, print_table, runtime_ns, sh
 from l2lib import netns
 from vtep_netns import port_facts
@@ -268,17 +268,11 @@ def report(points: list[Point], command: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per point")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds before each point is measured")
-    parser.add_argument("--rounds", type=int, default=3, help="A/B rounds")
-    args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("bench_filter: needs root (namespaces, BPF)", file=sys.stderr)
+    args = measuring_parser(__doc__, "A/B rounds").parse_args()
+    if refusal := cannot_run("bench_filter", "sender on CPU 0, the filter on CPU 1"):
+        print(refusal, file=sys.stderr)
         return 1
-    if not {SENDER_CPU, DUT_CPU} <= os.sched_getaffinity(0):
-        print(f"bench_filter: needs CPUs {SENDER_CPU} and {DUT_CPU}", file=sys.stderr)
-        return 1
+    interrupt_on(signal.SIGTERM)
     BUILD.mkdir(exist_ok=True)
     remove_stale()
     bed = Bed(f"{PREFIX}-flt-{os.getpid()}")

@@ -32,7 +32,6 @@ make bench-router runs it (BENCH_ARGS="--seconds 1 --rounds 1" for a short try).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -52,6 +51,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "kernel"))
 sys.path.insert(0, str(REPO / "tests" / "bench"))
 
+from bench_cli import cannot_run, interrupt_on, measuring_parser
 from bench_vtep import compile_bpf, cpu_times, ksoftirqd, napi_threads, runtime_ns
 from l2lib import netns
 from router_netns import E1_V4, E2_V4, RouterNetns
@@ -238,29 +238,18 @@ def report(points: list[Point], command: str, unavailable: dict[str, str], runni
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per point (default 5)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds over all scenarios (default 3)")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each measurement")
-    parser.add_argument("--batch", type=int, default=64, help="live-frames batch size (<= 256)")
+    parser = measuring_parser(__doc__, "rounds over all scenarios", batch=64)
     parser.add_argument(
         "--xdp-forward",
         default=os.environ.get("XDPFLEET_XDP_FORWARD"),
         help="path of xdp-tools' xdp-forward (default: $XDPFLEET_XDP_FORWARD); without it that row is not measured",
     )
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("bench_router: needs root (network namespaces, XDP, BPF_PROG_RUN)", file=sys.stderr)
-        return 1
-    if (os.cpu_count() or 1) < 2:
-        print("bench_router: needs 2 CPUs (sender on CPU 0, forwarding on CPU 1)", file=sys.stderr)
+    if refusal := cannot_run("bench_router", "sender on CPU 0, forwarding on CPU 1"):
+        print(refusal, file=sys.stderr)
         return 1
     command = shlex.join([sys.executable, *sys.argv])
-
-    def terminate(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, terminate)
+    interrupt_on(signal.SIGTERM)
     os.sched_setaffinity(0, {SENDER_CPU})  # keep this process off the forwarding CPU
     prefix = f"{PREFIX}{os.getpid()}"
     bench = Bench(prefix, args.batch, args.xdp_forward)
@@ -269,7 +258,7 @@ def main() -> int:
     running: dict[str, str] = {}
     try:
         for s in SCENARIOS:
-            if (why := bench.unavailable(s)):
+            if why := bench.unavailable(s):
                 unavailable[s] = why
         for n in range(args.rounds):
             for s in SCENARIOS:

@@ -21,7 +21,6 @@ shared machine): Mpps per core = Mpps / that share. Scenarios alternate within e
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import re
@@ -41,6 +40,7 @@ sys.path.insert(0, str(REPO / "collection"))
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "kernel"))
 
+from bench_cli import cannot_run, interrupt_on, measuring_parser
 from l2lib import netns
 from vtep_netns import port_facts
 
@@ -280,24 +280,13 @@ def report(points: list[Point], command: str, unavailable: dict[str, str]) -> No
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per point (default 5)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds over all senders (default 3)")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each measurement")
-    parser.add_argument("--batch", type=int, default=64, help="live-frames batch size (<= 256)")
+    parser = measuring_parser(__doc__, "rounds over all senders", batch=64)
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("bench_trafficgen: needs root (network namespaces, XDP, BPF_PROG_RUN)", file=sys.stderr)
-        return 1
-    if (os.cpu_count() or 1) < 2:
-        print("bench_trafficgen: needs 2 CPUs", file=sys.stderr)
+    if refusal := cannot_run("bench_trafficgen", "the senders and the sink"):
+        print(refusal, file=sys.stderr)
         return 1
     command = shlex.join([sys.executable, *sys.argv])
-
-    def terminate(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, terminate)
+    interrupt_on(signal.SIGTERM)
     for line in sh("ip", "netns", "list").splitlines():  # namespaces of an earlier run whose process is gone
         m = re.match(rf"({PREFIX}-(\d+)-tg)\b", line)
         if m and not Path(f"/proc/{m.group(2)}").exists():

@@ -57,7 +57,6 @@ make bench-vtep runs it (BENCH_ARGS="--seconds 1 --rounds 1 --cost-repeat 200000
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import json
@@ -80,6 +79,7 @@ sys.path.insert(0, str(REPO / "collection"))
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "kernel"))
 
+from bench_cli import cannot_run, interrupt_on, measuring_parser
 from l2lib import netns
 from vtep_netns import port_facts
 
@@ -155,9 +155,7 @@ SCENARIOS = (
     Scenario("ceiling_uc", "unicast", "ceiling", "r", KNOWN_MAC, 1, "bench_encap_redirect"),
     Scenario("linux_uc", "unicast", "Linux", "l", KNOWN_MAC, 1, "bench_pass"),
     Scenario("xdp_flows", "tc", "XDP VTEP", "v", UNKNOWN_MAC, 2, layouts.INGRESS_PROGRAMS["native"], "bench_tx_flows"),
-    Scenario(
-        "tc_flows", "tc", "TC VTEP", "t", UNKNOWN_MAC, 2, layouts.TC_BACKEND_INGRESS_PROGRAM, "bench_tx_flows"
-    ),
+    Scenario("tc_flows", "tc", "TC VTEP", "t", UNKNOWN_MAC, 2, layouts.TC_BACKEND_INGRESS_PROGRAM, "bench_tx_flows"),
 )
 # The floor in steps, for the cost timer only: what each part of the floor adds to the ceiling.
 FLOOR_STEPS = (
@@ -769,16 +767,12 @@ def report(points: list[Point], costs: dict, args, command: str, oddities: list[
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per point (default 5)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of every scenario per frame size (default 3)")
+    parser = measuring_parser(__doc__, "rounds of every scenario per frame size", batch=256)
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1514], help="frame sizes without FCS")
     parser.add_argument(
         "--cases", nargs="+", choices=list(CASES), default=list(CASES), help="the cases to run (default: all)"
     )
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each measurement")
     parser.add_argument("--repeat", type=int, default=2_000_000, help="frames per BPF_PROG_RUN call")
-    parser.add_argument("--batch", type=int, default=256, help="live-frames batch size (<= 256)")
     parser.add_argument(
         "--linux-sink",
         choices=("tc", "xdp"),
@@ -801,11 +795,8 @@ def main() -> int:
         help=f"namespace names: <prefix>-<pid>-<bed> (default {PREFIX}); a stale run's of the same prefix are removed",
     )
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("bench_vtep: needs root (network namespaces, XDP, BPF_PROG_RUN)", file=sys.stderr)
-        return 1
-    if os.cpu_count() is None or os.cpu_count() < 2:
-        print("bench_vtep: needs 2 CPUs (sender on CPU 0, data plane on CPU 1)", file=sys.stderr)
+    if refusal := cannot_run("bench_vtep", "sender on CPU 0, data plane on CPU 1"):
+        print(refusal, file=sys.stderr)
         return 1
     for size in args.sizes:
         if not 60 <= size <= 1514:
@@ -815,12 +806,7 @@ def main() -> int:
     if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", args.prefix):
         parser.error("--prefix: 1..8 lowercase letters and digits, starting with a letter")
     command = shlex.join([sys.executable, *sys.argv])
-
-    def terminate(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, terminate)
-    signal.signal(signal.SIGHUP, terminate)
+    interrupt_on(signal.SIGTERM, signal.SIGHUP)
     os.sched_setaffinity(0, {SENDER_CPU})  # keep this process off the data plane's CPU
     remove_stale(args.prefix)
     bench_obj = compile_bpf(
