@@ -42,6 +42,8 @@ mkdir -p "$stage"
 parts=(
     "collection/galaxy.yml:galaxy.yml"
     "collection/meta:meta"
+    "collection/requirements.txt:requirements.txt"
+    "collection/bindep.txt:bindep.txt"
     "collection/CHANGELOG.md:CHANGELOG.md"
     "collection/changelogs:changelogs"
     "README.md:README.md"

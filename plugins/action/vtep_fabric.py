@@ -21,7 +21,7 @@ from ansible_collections.xdpfleet.fabric.plugins.plugin_utils.fabric_run import 
 # The variables of a host the fleet check reads.
 HOST_VARIABLES = ("fabric_vtep", "vtep_config", "vtep_backend", "host_tuning_nics")
 # The fabric's own variables, read once (from the first VTEP of the model) and required the same on every other.
-FABRIC_VARIABLES = ("fabric_vnis", "fabric_mtu")
+FABRIC_VARIABLES = ("fabric_vnis", "fabric_mtu", "fabric_vteps")
 
 
 def plain(value):
@@ -72,7 +72,7 @@ class ActionModule(ActionBase):
             ]
         if fabric_vars is None:
             fabric_vars = {name: plain(task_vars[name]) if name in task_vars else None for name in FABRIC_VARIABLES}
-        fabric = fleet.check(hosts, fabric_vars["fabric_vnis"], fabric_vars["fabric_mtu"])
+        fabric = fleet.check(hosts, fabric_vars["fabric_vnis"], fabric_vars["fabric_mtu"], fabric_vars["fabric_vteps"])
         fabric.problems[:0] = differing
         if fabric.problems:
             listed = "\n".join(f"- {problem}" for problem in fabric.problems)

@@ -39,9 +39,16 @@ description:
   - Run it with C(run_once) on the VTEP hosts' play (the fact then reaches every host of the play) before anything
     changes a host; C(playbooks/vtep.yml) and C(site.yml) start with it. MTUs come from C(fabric_vtep.mtu), else
     C(host_tuning_nics)' C(mtu) for the port, else C(fabric_mtu) (1500 when unset).
-  - C(fabric_vnis) and C(fabric_mtu) are read from the variables of the first host of the inventory with a
-    C(fabric_vtep) (else of the host the task runs for), so define them once for every VTEP (group vars); a VTEP of
-    the model that sees other values (group vars of another group, host vars) is refused, naming it.
+  - C(fabric_vnis), C(fabric_mtu) and C(fabric_vteps) are read from the variables of the first host of the
+    inventory with a C(fabric_vtep) (else of the host the task runs for), so define them once for every VTEP (group
+    vars); a VTEP of the model that sees other values (group vars of another group, host vars) is refused, naming
+    it.
+  - C(fabric_vteps) lists every VTEP of the fabric (inventory host names; a host with C(fabric_vtep) or
+    C(vtep_config)) and is required. A run that does not see every VTEP it lists - a sliced job on AWX or
+    Ansible Automation Platform, whose inventory is one slice, or a partial inventory - cannot derive the peers of
+    the VTEPs it does not see and is refused before any host is touched, rather than configuring a partial mesh.
+    A VTEP it does not list is refused too. C(--limit) is not such a run, as it leaves every host's variables in
+    view.
 author:
   - xdpfleet developers (!UNKNOWN)
 options: {}
@@ -67,6 +74,7 @@ EXAMPLES = r"""
 #   fabric_vnis:
 #     - {vni: 100, name: servers}
 #     - {vni: 200, name: vms, vlan_mode: translate}
+#   fabric_vteps: [a, b]
 # host_vars/b.yml
 #   fabric_vtep:
 #     tunnel_ports:

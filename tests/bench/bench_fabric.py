@@ -82,7 +82,7 @@ def time_functions(hosts: dict[str, dict], fabric_vnis: list[dict]) -> tuple[Pha
         for host, spec in hosts.items()
     }
     start = time.perf_counter()
-    fabric = fleet.check(variables, fabric_vnis, None)
+    fabric = fleet.check(variables, fabric_vnis, None, list(variables))
     timer.add("fleet.check() in all", time.perf_counter() - start)
     return timer, fabric
 
@@ -92,7 +92,8 @@ def write_inventory(directory: Path, hosts: dict[str, dict], fabric_vnis: list[d
     (inventory / "host_vars").mkdir(parents=True)
     (inventory / "group_vars" / "all").mkdir(parents=True)
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": dict.fromkeys(hosts)}}))
-    (inventory / "group_vars" / "all" / "fabric.yml").write_text(yaml.safe_dump({"fabric_vnis": fabric_vnis}))
+    fabric = {"fabric_vnis": fabric_vnis, "fabric_vteps": list(hosts)}
+    (inventory / "group_vars" / "all" / "fabric.yml").write_text(yaml.safe_dump(fabric))
     for host, spec in hosts.items():
         text = yaml.dump({"fabric_vtep": spec}, Dumper=yaml.CSafeDumper, sort_keys=False)
         (inventory / "host_vars" / f"{host}.yml").write_text(text)

@@ -119,7 +119,8 @@ def write_host_vars(lab: Lab, doc: dict) -> None:
     hosts["all"]["hosts"] = peers
     hosts_yml.write_text(yaml.safe_dump(hosts, sort_keys=False))
     fabric_vnis = [{"vni": entry["vni"]} for entry in doc["vnis"]]
-    (lab.inventory / "group_vars" / "all" / "vtep.yml").write_text(_yaml({"fabric_vnis": fabric_vnis}))
+    fabric = {"fabric_vnis": fabric_vnis, "fabric_vteps": ["d", *peers]}
+    (lab.inventory / "group_vars" / "all" / "vtep.yml").write_text(_yaml(fabric))
 
 
 def _yaml(data: dict) -> str:

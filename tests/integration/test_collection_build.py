@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 # The ansible binaries next to the interpreter running pytest (the project's .venv under `make test`).
@@ -78,6 +79,7 @@ def test_tarball_contents(installed):
         members = tar.getmembers()
     names = {m.name for m in members}
     assert {"MANIFEST.json", "FILES.json", "README.md", "meta/runtime.yml"} <= names
+    assert {"meta/execution-environment.yml", "requirements.txt", "bindep.txt"} <= names
     assert "roles/xdp_host/tasks/main.yml" in names
     assert "bpf/include/xdpfleet_parse.h" in names
     assert "bpf/counter/counter.c" in names
@@ -199,3 +201,39 @@ def test_xdp_host_role_from_the_installed_collection(installed, tmp_path):
     assert (state / "src" / "vtep" / "vtep.h").stat().st_uid == 0
     assert not retired.exists()
     assert recap(run(cmd, installed.env, installed.workdir)) == (0, 0), "run after the repair changed something"
+
+
+def test_an_execution_environment_takes_the_collection_and_its_dependencies(installed, tmp_path):
+    """AWX and Ansible Automation Platform run playbooks in execution environments: ansible-builder makes the build
+    context of docs/awx/execution-environment.yml (no container is built here), with the tarball that
+    docs/awx/requirements.yml names, and reads what the installed collection declares it needs on the controller
+    (meta/execution-environment.yml: requirements.txt, bindep.txt)."""
+    awx = tmp_path / "repo" / "docs" / "awx"
+    awx.mkdir(parents=True)
+    for name in ("execution-environment.yml", "requirements.yml"):
+        (awx / name).write_text((REPO / "docs" / "awx" / name).read_text())
+    definition = yaml.safe_load((awx / "execution-environment.yml").read_text())
+    (copied,) = definition["additional_build_files"]
+    assert (awx / copied["src"]).resolve() == (tmp_path / "repo" / ".build" / installed.tarball.name), (
+        "docs/awx/execution-environment.yml copies another tarball than collection/build.sh writes"
+    )
+    (tmp_path / "repo" / ".build").mkdir()
+    (tmp_path / "repo" / ".build" / installed.tarball.name).write_bytes(installed.tarball.read_bytes())
+
+    context = tmp_path / "context"
+    run([BIN / "ansible-builder", "create", "-f", awx / "execution-environment.yml", "-c", context], installed.env, awx)
+    requirements = yaml.safe_load((context / "_build" / "requirements.yml").read_text())
+    (collection,) = requirements["collections"]
+    assert (context / "_build" / collection["name"]).read_bytes() == installed.tarball.read_bytes()
+
+    found = yaml.safe_load(
+        run([BIN / "ansible-builder", "introspect", installed.collections], installed.env, installed.workdir).stdout
+    )
+    ours = {kind: [line.split("#")[0].strip() for line in found[kind] if line.endswith(f"from collection {FQCN}")]
+            for kind in ("python", "system")}  # fmt: skip
+    shipped = {
+        kind: [line.split("#")[0].strip() for line in (REPO / "collection" / name).read_text().splitlines()
+               if line.split("#")[0].strip()]
+        for kind, name in (("python", "requirements.txt"), ("system", "bindep.txt"))
+    }  # fmt: skip
+    assert ours == shipped and "jsonschema>=4.20" in ours["python"] and any("graphviz" in s for s in ours["system"])

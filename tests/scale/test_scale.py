@@ -139,7 +139,7 @@ def fabric_vtep(local_ip: str, vnis: list[dict]) -> dict:
 def write_inventory(lab: Lab, commissioned: bool = False) -> None:
     """The fabric: its VNIs in group vars (in place of the default inventory's), each VTEP's host vars, and with
     `commissioned` the new VTEP NEW_VTEP, an inventory host outside the lab."""
-    fabric = {"fabric_vnis": FABRIC_VNIS, "vtep_backend": "xdp"}
+    fabric = {"fabric_vnis": FABRIC_VNIS, "fabric_vteps": VTEPS + [NEW_VTEP] * commissioned, "vtep_backend": "xdp"}
     (lab.inventory / "group_vars" / "all" / "vtep.yml").write_text(yaml.safe_dump(fabric, sort_keys=False))
     for name in VTEPS:
         path = lab.inventory / "host_vars" / f"{name}.yml"

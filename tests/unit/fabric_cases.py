@@ -134,6 +134,7 @@ def no_port_between(group, hosts):
         "host_tuning_nics": None,
     }
     hosts["e"]["fabric_vtep"]["mtu"] = {"ul-a": 1600}
+    group["fabric_vteps"].append("e")
 
 
 def overlapping_subnets(group, hosts):
@@ -160,8 +161,23 @@ def access_port_in_two_vnis(group, hosts):
     _vnis(hosts, "b")[1]["access_ports"] = ["acc100"]
 
 
+def vtep_not_listed(group, hosts):
+    group["fabric_vteps"].remove("c")
+
+
+def vteps_not_listed_at_all(group, hosts):
+    del group["fabric_vteps"]
+
+
+def listed_vtep_not_in_the_inventory(group, hosts):
+    del hosts["d"]  # as a sliced job or a partial inventory sees the fleet
+
+
 # (change, the problem: "<host>: <field>: ..." or a part of it)
 INVALID = [
+    (vtep_not_listed, "c: not in fabric_vteps: every VTEP of the fabric (a host with fabric_vtep or vtep_config)"),
+    (vteps_not_listed_at_all, "fabric_vteps: required: list every VTEP of the fabric (inventory host names) once"),
+    (listed_vtep_not_in_the_inventory, "fabric_vteps: d: not a VTEP of this run's inventory (no such host, or neither"),
     (duplicate_address, "c: fabric_vtep.tunnel_ports[0].local_ip: 198.51.100.98 is also a tunnel address of b"),
     (vni_not_in_fabric, "b: fabric_vtep.vnis[1].vni: VNI 300 is not in fabric_vnis"),
     (handwritten_missing_peer, "l: vtep_config.vnis[0].peers: does not list b, which serves VNI 100 and lists l"),

@@ -14,7 +14,7 @@ from ansible_collections.xdpfleet.fabric.plugins.module_utils.vtep import config
 
 
 def check(group, hosts):
-    return fleet.check(hosts, group.get("fabric_vnis"), group.get("fabric_mtu"))
+    return fleet.check(hosts, group.get("fabric_vnis"), group.get("fabric_mtu"), group.get("fabric_vteps"))
 
 
 def by_address(document):
@@ -141,7 +141,7 @@ def two_port_pair(y_routes):
         "x": vtep("198.51.100.1/30", "198.51.100.5/30", [("198.51.100.8/30", "ul0"), ("198.51.100.12/30", "ul1")]),
         "y": vtep("198.51.100.9/30", "198.51.100.13/30", y_routes),
     }
-    return fleet.check(hosts, [{"vni": 100}], None)
+    return fleet.check(hosts, [{"vni": 100}], None, list(hosts))
 
 
 def test_routes_pick_the_port_and_each_side_lists_the_address_the_other_sends_from():
@@ -177,7 +177,7 @@ def test_a_fleet_of_one_port_vteps_derives_a_full_mesh_by_address():
         }
         for i in range(40)
     }
-    fabric = fleet.check(hosts, [{"vni": 100}, {"vni": 101}], None)
+    fabric = fleet.check(hosts, [{"vni": 100}, {"vni": 101}], None, list(hosts))
     assert fabric.problems == []
     peers = [p["ip"] for p in fabric.documents["v0"]["vnis"][0]["peers"]]
     assert peers == sorted(peers, key=ipaddress.IPv4Address) and len(peers) == 19

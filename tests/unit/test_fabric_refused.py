@@ -8,7 +8,10 @@ problem comes from (VIA_PLAYBOOK) goes through the playbook, which is what this 
 stops the play and reaches the user. (All of INVALID through the playbook took about 77 s of the unit tier.)
 """
 
+import importlib.util
 import json
+import os
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,7 +19,7 @@ import fabric_cases
 import pytest
 import yaml
 from fabric_cases import INVALID, LAB, invalid
-from lablib import REPO, run_playbook
+from lablib import BIN, REPO, run_playbook
 
 CHECK_TASK = "Derive every VTEP's document and check the fleet"
 LAB_CHECK = "Check that each lab host of this run is running"
@@ -140,3 +143,71 @@ def test_a_fabric_checked_by_an_earlier_run_is_refused(tmp_path, monkeypatch):
     assert sorted(t["host"] for t in refused if t["status"] == "failed") == ["a", "b", "c", "d", "l"], stale
     assert f"the fabric '{cached['digest']}' was not checked by this run" in stale.messages()
     assert all(s["unreachable"] == 0 for s in stale.stats.values()), stale
+
+
+def load_scale_fleet():
+    """tests/scale/test_scale.py as a module (its fleet's variables), without collecting its tests here."""
+    spec = importlib.util.spec_from_file_location("scale_fleet", REPO / "tests" / "scale" / "test_scale.py")
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)
+    return scale
+
+
+def scale_inventory(root: Path) -> Path:
+    """The scale test's fleet (tests/scale, its default size) as an inventory: its VTEPs and the hub."""
+    scale = load_scale_fleet()
+    group = {"fabric_vnis": scale.FABRIC_VNIS, "fabric_vteps": scale.VTEPS, "vtep_backend": "xdp"}
+    hosts = {name: scale.vtep_host_vars(name) for name in scale.VTEPS}
+    hosts["hub"] = {}
+    return write_inventory(root, group, hosts)
+
+
+def awx_slices(inventory: Path, count: int, root: Path) -> list[Path]:
+    """The inventory cut as an AWX or Automation Platform sliced job cuts it: host i of n (in the inventory's order)
+    goes to slice i mod n, and each slice is an inventory of its own hosts only, with their variables and groups."""
+    listed = json.loads(
+        subprocess.run(
+            [str(BIN / "ansible-inventory"), "-i", str(inventory), "--list"],
+            capture_output=True, text=True, check=True, env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg")),
+        ).stdout
+    )  # fmt: skip
+    hostvars = listed["_meta"]["hostvars"]
+    order = list(hostvars)
+    slices = []
+    for number in range(count):
+        members = order[number::count]
+        groups = {
+            name: {"hosts": {host: None for host in group.get("hosts", []) if host in members}}
+            for name, group in listed.items()
+            if name not in ("_meta", "all", "ungrouped")
+        }
+        path = root / f"slice{number + 1}of{count}.yml"
+        path.write_text(
+            yaml.safe_dump({"all": {"hosts": {h: hostvars[h] for h in members}, "children": groups}}, sort_keys=False)
+        )
+        slices.append(path)
+    return slices
+
+
+@pytest.mark.parametrize(("fleet", "count"), [("lab", 2), ("scale", 3)])
+def test_a_sliced_run_is_refused_before_any_host_is_touched(tmp_path, fleet, count):
+    """A sliced job's run sees only its slice of the inventory: the fabric check refuses it (fabric_vteps names
+    VTEPs it does not see) instead of deriving a partial mesh, and no host is contacted. The whole inventory passes
+    the check (test_the_lab_fleet_itself_passes_the_check; here the scale fleet's, too)."""
+    if fleet == "lab":
+        group = yaml.safe_load((LAB / "group_vars" / "all" / "vtep.yml").read_text())
+        hosts = {h: yaml.safe_load((LAB / "host_vars" / f"{h}.yml").read_text()) for h in ("a", "b", "c", "d", "l")}
+        inventory = write_inventory(tmp_path / "inventory", group, hosts)
+    else:
+        inventory = scale_inventory(tmp_path / "inventory")
+    extra = {"lab_prefix": "xt"}
+    whole = run_playbook(REPO / "playbooks" / "fabric_check.yml", inventory, extra)
+    assert whole.rc == 0 and "the fabric is consistent" in whole.result(task=CHECK_TASK)["msg"], whole
+    slices = awx_slices(inventory, count, tmp_path)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        runs = list(pool.map(lambda path: run_playbook(REPO / "playbooks" / "vtep.yml", path, extra), slices))
+    for path, result in zip(slices, runs, strict=True):
+        assert result.rc != 0, (path, result)
+        assert "fabric_vteps: " in result.messages() and "not a VTEP of this run's inventory" in result.messages()
+        assert [t["status"] for t in result.tasks if t["task"] == CHECK_TASK] == ["failed"], result
+        assert all(s["unreachable"] == 0 for s in result.stats.values()), result

@@ -77,7 +77,7 @@ def test_markdown_lists_every_vtep_its_addresses_and_vnis():
 
 def test_the_view_the_fleet_check_keeps_for_the_lab_is_what_the_report_reads():
     group, hosts = lab_fleet()
-    fact = fleet.check(hosts, group["fabric_vnis"], group.get("fabric_mtu")).report()
+    fact = fleet.check(hosts, group["fabric_vnis"], group.get("fabric_mtu"), group["fabric_vteps"]).report()
     text = markdown(fact)
     assert text.startswith("# lab fabric\n\n5 VTEPs, 2 VNIs.\n\n")
     # l is derived from the model in the inventory (the fixture's l has a hand-written document).

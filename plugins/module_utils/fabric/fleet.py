@@ -106,13 +106,45 @@ def _nic_mtus(nics) -> dict[str, tuple[int, str]]:
     return found
 
 
-def check(hosts: dict[str, dict], fabric_vnis, fabric_mtu) -> Fabric:
+def _roster_problems(hosts: dict[str, dict], fabric_vteps) -> list[str]:
+    """The VTEPs this run sees against fabric_vteps, the fabric's list of them: a run that sees part of the fleet
+    (an AWX or Automation Platform sliced job, whose inventory is one slice; a partial inventory) cannot derive the
+    peers of the VTEPs it does not see, and is refused rather than configuring a partial mesh."""
+    seen = [host for host, v in hosts.items() if _present(v.get("fabric_vtep")) or _present(v.get("vtep_config"))]
+    if fabric_vteps is None:
+        if not seen:
+            return []
+        return [
+            "fabric_vteps: required: list every VTEP of the fabric (inventory host names) once, in group vars that "
+            "every host loads (group_vars/all), so that a run that sees part of the fleet (a sliced job, a partial "
+            "inventory) is refused instead of deriving a partial mesh"
+        ]
+    listed = set(fabric_vteps)
+    problems = [
+        f"{host}: not in fabric_vteps: every VTEP of the fabric (a host with fabric_vtep or vtep_config) is listed "
+        "there"
+        for host in seen
+        if host not in listed
+    ]
+    unseen = [host for host in fabric_vteps if host not in seen]
+    if unseen:
+        problems.append(
+            f"fabric_vteps: {', '.join(unseen)}: not a VTEP of this run's inventory (no such host, or neither "
+            "fabric_vtep nor vtep_config): this run sees part of the fabric (a sliced job or a partial inventory) and "
+            "cannot derive every peer; run the fabric on the whole inventory"
+        )
+    return problems
+
+
+def check(hosts: dict[str, dict], fabric_vnis, fabric_mtu, fabric_vteps=None) -> Fabric:
     """hosts: inventory host -> {fabric_vtep, vtep_config, vtep_backend, host_tuning_nics} (None where unset), in
-    inventory order. fabric_vnis, fabric_mtu: None where unset."""
+    inventory order. fabric_vnis, fabric_mtu, fabric_vteps: None where unset."""
     fabric = Fabric()
     fabric_vnis = [] if fabric_vnis is None else fabric_vnis
     fabric_mtu = model.FABRIC_MTU_DEFAULT if fabric_mtu is None else fabric_mtu
-    fabric.problems += model.fabric_problems(fabric_vnis, fabric_mtu)
+    fabric.problems += model.fabric_problems(fabric_vnis, fabric_mtu, fabric_vteps)
+    if not fabric.problems:
+        fabric.problems += _roster_problems(hosts, fabric_vteps)
 
     # Each host's part on its own.
     vteps: dict[str, derive.Vtep] = {}

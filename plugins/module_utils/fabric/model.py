@@ -7,6 +7,8 @@ Once per fabric (group vars):
     fabric_vnis:                          # every VNI of the fabric
       - {vni: 100, name: servers}         # name: a label; vlan_mode (translate|preserve): the VNI's, fleet-wide
     fabric_mtu: 1500                      # the MTU assumed for a VTEP port the model is not told about
+    fabric_vteps: [a, b, c]               # every VTEP (inventory host names): a run that sees only some (a sliced
+                                          # job, a partial inventory) is refused, not derived as a partial mesh
 
 Per VTEP (host vars), its ports only; the controller derives the VTEP document (plugins/module_utils/vtep/config.py)
 with every peer (fabric/derive.py):
@@ -162,6 +164,13 @@ FABRIC_SCHEMA = _schema(
             **_MTU,
             "description": f"the MTU assumed for a port the model is not told about, {MTU_MIN}..{MTU_MAX}",
         },
+        "fabric_vteps": {
+            "title": "fabric_vteps",
+            "description": "every VTEP of the fabric, by inventory host name, each once",
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "uniqueItems": True,
+        },
     }
 )
 FABRIC_VTEP_SCHEMA = _schema({"fabric_vtep": {"$ref": "#/$defs/fabric_vtep"}})
@@ -179,9 +188,12 @@ def _special(error, where: str) -> list[str] | None:
     return worded
 
 
-def fabric_problems(fabric_vnis: Any, fabric_mtu: Any) -> list[str]:
-    """fabric_vnis and fabric_mtu: their schema, then each VNI listed once."""
-    problems = schema_words.problems(FABRIC_SCHEMA, {"fabric_vnis": fabric_vnis, "fabric_mtu": fabric_mtu})
+def fabric_problems(fabric_vnis: Any, fabric_mtu: Any, fabric_vteps: Any = None) -> list[str]:
+    """fabric_vnis, fabric_mtu and fabric_vteps (None: unset): their schema, then each VNI listed once."""
+    given = {"fabric_vnis": fabric_vnis, "fabric_mtu": fabric_mtu}
+    if fabric_vteps is not None:
+        given["fabric_vteps"] = fabric_vteps
+    problems = schema_words.problems(FABRIC_SCHEMA, given)
     if problems:
         return problems
     seen: dict[int, str] = {}
