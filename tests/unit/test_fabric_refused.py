@@ -211,3 +211,15 @@ def test_a_sliced_run_is_refused_before_any_host_is_touched(tmp_path, fleet, cou
         assert "fabric_vteps: " in result.messages() and "not a VTEP of this run's inventory" in result.messages()
         assert [t["status"] for t in result.tasks if t["task"] == CHECK_TASK] == ["failed"], result
         assert all(s["unreachable"] == 0 for s in result.stats.values()), result
+
+
+def test_a_removal_needs_no_fabric_check(tmp_path):
+    """vtep_state=absent runs no check and reads no document: every VTEP host is contacted (here: unreachable, as
+    nothing answers at its address), none is failed on the controller for a missing fabric."""
+    group = yaml.safe_load((LAB / "group_vars" / "all" / "vtep.yml").read_text())
+    hosts = {h: yaml.safe_load((LAB / "host_vars" / f"{h}.yml").read_text()) for h in ("a", "b", "c", "d", "l")}
+    inventory = write_inventory(tmp_path / "inventory", group, hosts)
+    removal = run_playbook(REPO / "playbooks" / "vtep.yml", inventory, {"vtep_state": "absent", "lab_prefix": "xt"})
+    assert {host: (s["failed"], s["unreachable"]) for host, s in removal.stats.items() if host != "localhost"} == {
+        host: (0, 1) for host in hosts
+    }, removal
