@@ -120,7 +120,9 @@ lab-down: deps
 # tests, to keep the run under 15 minutes on 2 cores.
 # PYTEST_WORKERS files run side by side (pytest-xdist), each worker with a lab of its own (tests/conftest.py);
 # PYTEST_WORKERS=0 runs them one after the other in one process.
-PYTEST_WORKERS ?= 2
+# Three: a lab playbook keeps this 2-core machine about two thirds busy (the rest is waiting on pings, sleeps and
+# the hosts), so a third worker's lab fills what two leave idle.
+PYTEST_WORKERS ?= 3
 # First, before deps and lint: without root most of the suite (kernel, lab and integration tests) could not run.
 need-root:
 	@if [ "$$(id -u)" != 0 ]; then \

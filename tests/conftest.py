@@ -1,13 +1,14 @@
 """Session fixtures: the collection on sys.path, and the test lab.
 
 The test lab mirrors the default inventory's topology (hosts a, b; endpoints e1, e2; see lablib.Lab.standard)
-under prefix `xt` with management subnet 198.51.100.128/27, so it never clashes with the default lab `xf`
+under prefix `xt` with management subnet 198.51.100.128/26, so it never clashes with the default lab `xf`
 (198.51.100.0/27). XDPFLEET_TEST_LAB_PREFIX / XDPFLEET_TEST_LAB_SUBNET override both, for running a second
 test session next to one already running.
 
-Under pytest-xdist (`make test` runs two workers, `--dist loadfile`: every file on one worker) each worker has a
-lab of its own: prefix `xt0`, `xt1`, ... and an equal share of the subnet (198.51.100.128/28 and .144/28), so the
-workers' labs run side by side.
+Under pytest-xdist (`make test` runs three workers, `--dist loadfile`: every file on one worker) each worker has a
+lab of its own: prefix `xt0`, `xt1`, ... and an equal share of the subnet (198.51.100.128/28, .144/28, .160/28), so
+the workers' labs run side by side. (The lab's overlay addresses, 198.51.100.160/28 and .176/28, live in endpoint
+namespaces, where no management subnet is routed.)
 """
 
 import ipaddress
@@ -49,24 +50,27 @@ def worker_lab(prefix: str, subnet: str) -> tuple[str, str]:
 
 
 LAB_PREFIX, LAB_SUBNET = worker_lab(
-    os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt"), os.environ.get("XDPFLEET_TEST_LAB_SUBNET", "198.51.100.128/27")
+    os.environ.get("XDPFLEET_TEST_LAB_PREFIX", "xt"), os.environ.get("XDPFLEET_TEST_LAB_SUBNET", "198.51.100.128/26")
 )
 
 # The files that start first, in this order; every other file follows in collection order. Under xdist a worker
-# takes the next file when it is almost done with its own, so the longest files go first and the workers finish
-# together (seconds: one worker's share of a two-worker `pytest --durations` run on a busy 2-core machine). The
-# schedule is all that depends on this list.
+# takes the next file when it is done with its own, so the longest files go first and the workers finish together
+# (seconds: the file's tests in a clean-clone `make test` on this 2-core machine, two workers). test_lab goes first:
+# it takes the lab down and brings it up fresh, so the files after it on the same worker find the C sources copied
+# and the objects compiled on the hosts, once. The schedule is all that depends on this list.
 START_FIRST = (
-    "integration/test_lab.py",  # 130 s; it takes the lab down and brings it up fresh: the files after it on the same
-    # worker then find the C sources copied and the objects compiled on the hosts, once
-    "integration/test_vtep.py",  # 400 s
-    "integration/test_rollout.py",  # 360 s
-    "integration/test_site.py",  # 300 s: site.yml twice, then teardown.yml
-    "integration/test_xdp_program.py",  # 160 s
-    "integration/test_perf.py",  # 135 s
-    "integration/test_restore.py",  # 105 s
-    "integration/test_linux_vtep.py",  # 90 s
-    "integration/test_nic_tuning_lab.py",  # 90 s
+    "integration/test_lab.py",  # 117 s
+    "integration/test_vtep.py",  # 283 s
+    "integration/test_site.py",  # 246 s: site.yml twice, then teardown.yml
+    "integration/test_restore.py",  # 153 s
+    "integration/test_rollout.py",  # 150 s
+    "integration/test_xdp_program.py",  # 137 s
+    "kernel/test_vtep_forwarding.py",  # 96 s
+    "kernel/test_vtep_crash_consistency.py",  # 75 s
+    "integration/test_linux_vtep.py",  # 61 s
+    "integration/test_nic_tuning_lab.py",  # 58 s
+    "kernel/test_vtep_dataplane.py",  # 50 s
+    "integration/test_perf.py",  # 49 s
 )
 
 
