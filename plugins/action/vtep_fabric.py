@@ -41,6 +41,15 @@ def plain(value):
     return value
 
 
+def holds_template(value) -> bool:
+    """Whether an untemplated inventory value has a Jinja2 expression or statement anywhere in it."""
+    if isinstance(value, Mapping):
+        return any(holds_template(key) or holds_template(item) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(holds_template(item) for item in value)
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -52,7 +61,7 @@ class ActionModule(ActionBase):
         hosts = {}
         # The fabric's variables as the first VTEP of the model has them (group vars of the VTEPs), else as the
         # host this task runs for has them; every other VTEP of the model must see the same.
-        fabric_host, fabric_vars = None, None
+        fabric_host, fabric_vars, fabric_raw, fabric_static = None, None, None, set()
         differing = []
         for host in task_vars["groups"]["all"]:
             variables = hostvars[host]
@@ -61,9 +70,20 @@ class ActionModule(ActionBase):
             hosts[host] = {name: plain(variables[name]) if name in variables else None for name in HOST_VARIABLES}
             if not hosts[host]["fabric_vtep"]:
                 continue
-            seen = {name: plain(variables[name]) if name in variables else None for name in FABRIC_VARIABLES}
+            # A fabric variable that is the first VTEP's very definition (the same group vars) and holds no template
+            # is not templated again: templating fabric_vteps for every VTEP made the check quadratic in the fleet.
+            raw = hostvars.raw_get(host)
+            seen = {
+                name: fabric_vars[name]
+                if name in fabric_static and name in raw and raw[name] is fabric_raw[name]
+                else plain(variables[name])
+                if name in variables
+                else None
+                for name in FABRIC_VARIABLES
+            }
             if fabric_vars is None:
-                fabric_host, fabric_vars = host, seen
+                fabric_host, fabric_vars, fabric_raw = host, seen, raw
+                fabric_static = {name for name in FABRIC_VARIABLES if name in raw and not holds_template(raw[name])}
             differing += [
                 f"{host}: {name}: differs from the {name} of {fabric_host}; a fabric has one {name} (define it once "
                 "for every VTEP, e.g. in group_vars/all)"

@@ -87,6 +87,17 @@ def test_a_vtep_that_sees_another_fabric_vnis_is_refused(tmp_path):
     assert [(t["task"], t["status"]) for t in result.tasks] == [(LAB_CHECK, "skipped"), (CHECK_TASK, "failed")], result
 
 
+def test_a_group_variable_that_templates_differently_per_vtep_is_refused(tmp_path):
+    """One definition in group vars, but a template in it gives c another fabric_mtu than a: compared as each VTEP
+    sees it (the check skips templating again only a definition with no template in it)."""
+    group, hosts = invalid(lambda group, hosts: None)
+    group["fabric_mtu"] = "{{ 1600 if inventory_hostname == 'c' else 1500 }}"
+    result = run_playbook(REPO / "playbooks" / "vtep.yml", write_inventory(tmp_path / "inventory", group, hosts))
+    assert result.rc != 0, result
+    assert "- c: fabric_mtu: differs from the fabric_mtu of a; a fabric has one fabric_mtu" in result.messages()
+    assert "- b: fabric_mtu" not in result.messages()
+
+
 def test_the_lab_fleet_itself_passes_the_check(tmp_path):
     """The same inventory with the lab's own fleet: the check passes, and every host gets the fact (a play that
     stops after the check, so no host is contacted)."""
