@@ -18,7 +18,7 @@ description:
     by a fact cache, or a run that skipped the check - so that no host is configured from a stale derivation.
   - Returns an empty dict for a host that has neither C(fabric_vtep) nor a document in the checked fabric, and fails
     for a host with C(fabric_vtep) when no check ran in this run.
-  - The vtep role takes its C(vtep_config) from it (C(roles/vtep/defaults/main.yml)).
+  - The vtep role reads a host's document with it where the inventory gives the host no C(vtep_config).
 options:
   _terms:
     description: The inventory host whose document to return (one).
